@@ -1,0 +1,117 @@
+# PyTorch Internals, Rebuilt: every command sets up what it needs first (a .venv with the pinned
+# requirements, retorch installed editable, Graphviz's dot), then does its job.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+SOLUTIONS := $(wildcard solutions/*.ipynb)
+
+# Caches live outside the repository so repeated runs reuse compiled Numba and Inductor code.
+export NUMBA_CACHE_DIR ?= $(HOME)/.cache/retorch/numba
+export TORCHINDUCTOR_CACHE_DIR ?= $(HOME)/.cache/retorch/inductor
+# Warnings name the cell "<IPY-INPUT>" instead of a per-process /tmp path; hashing is fixed.
+export IPYKERNEL_CELL_NAME := <IPY-INPUT>
+export PYTHONHASHSEED := 0
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+export JUPYTER_PLATFORM_DIRS := 1
+
+NBVAL := -p tools.nbval_report --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg
+
+.PHONY: help setup dot chromium book test check-fast lint pairs labs labs-check single-source \
+        unit nbval lab-stubs ptx html-check bench execute clean
+
+help:
+	@echo "make book        build the HTML book into _build/html from the stored notebook outputs"
+	@echo "make test        everything CI checks (what .ci/run runs)"
+	@echo "make check-fast  lint, jupytext pairs, labs in sync, single source, fast unit tests (<60 s)"
+	@echo "make labs        regenerate labs/ from solutions/"
+	@echo "make execute     re-run notebooks and solutions, storing fresh outputs"
+	@echo "make bench       run the benchmarks, store results in bench/results, re-plot them"
+	@echo "make clean       remove build outputs (keeps .venv)"
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+setup: $(STAMP) dot
+
+dot:
+	@tools/ensure_system.sh dot
+
+chromium:
+	@tools/ensure_system.sh chromium
+
+# ---------------------------------------------------------------- book
+book: setup
+	@rm -rf _build/html
+	$(PY) -m jupyter_book build . --builder html -W -n --keep-going
+	@echo; echo "Book built: open file://$(CURDIR)/_build/html/index.html"
+
+html-check: chromium
+	$(PY) tools/check_html.py _build/html
+
+# ---------------------------------------------------------------- checks
+lint: $(STAMP)
+	$(PY) -m ruff check retorch tests tools bench
+	$(PY) -m ruff format --check retorch tests tools bench
+
+pairs: $(STAMP)
+	$(PY) tools/check_pairs.py
+
+labs: $(STAMP)
+	$(PY) tools/make_labs.py
+
+labs-check: $(STAMP)
+	$(PY) tools/make_labs.py --check
+
+single-source: $(STAMP)
+	$(PY) tools/check_single_source.py
+
+check-fast: lint pairs labs-check single-source
+	$(PY) -m pytest -q -m "not slow" -x -p no:cacheprovider
+
+unit: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+nbval: setup
+	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(NOTEBOOKS) $(SOLUTIONS)
+
+lab-stubs: setup
+	$(PY) tools/check_lab_stubs.py
+
+ptx: $(STAMP)
+	NUMBA_ENABLE_CUDASIM=0 $(PY) tools/check_ptx.py
+
+test: setup chromium
+	@start=$$(date +%s); \
+	step() { local t0=$$(date +%s); echo; echo "==> $$1"; shift; "$$@"; echo "    ($$(( $$(date +%s) - t0 )) s)"; }; \
+	step "lint"                         $(MAKE) -s lint; \
+	step "jupytext pairs in sync"       $(MAKE) -s pairs; \
+	step "labs/ equals generated"       $(MAKE) -s labs-check; \
+	step "one source of truth"          $(MAKE) -s single-source; \
+	step "PTX for sm_75, sm_80, sm_90"  $(MAKE) -s ptx; \
+	step "unit and differential tests"  $(MAKE) -s unit; \
+	step "nbval (notebooks, solutions)" $(MAKE) -s nbval; \
+	step "lab stubs fail their checks"  $(MAKE) -s lab-stubs; \
+	step "book build"                   $(MAKE) -s book; \
+	step "book in a browser"            $(MAKE) -s html-check; \
+	echo; echo "make test: all passed in $$(( $$(date +%s) - start )) s"
+
+# ---------------------------------------------------------------- regenerate
+execute: setup
+	$(PY) tools/execute.py $(NOTEBOOKS) $(SOLUTIONS)
+	$(MAKE) -s labs
+
+bench: setup
+	$(PY) tools/bench.py
+	$(PY) tools/execute.py $$(grep -l "plot_bench" $(NOTEBOOKS) /dev/null)
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path "./.venv/*" -prune -exec rm -rf {} +

@@ -1,0 +1,34 @@
+"""retorch: PyTorch's internals rebuilt in Python and Numba, one chapter at a time.
+
+Each subpackage mirrors a part of PyTorch and names, in its module docstrings, the
+torch source file it mirrors (paths at the pinned release tag ``TORCH_TAG``):
+
+- ``retorch.overview``   chapter 0: tools to look inside real torch (dispatch keys, op logs)
+- ``retorch.nn``         chapter 1: ``torch/nn/modules/module.py`` and friends
+- ``retorch.utils.data`` chapter 1: ``torch/utils/data`` (Dataset, Sampler, DataLoader)
+- ``retorch.optim``      chapter 2: ``torch/optim``
+- ``retorch.autograd``   chapter 3: ``torch/csrc/autograd`` (Node, Edge, engine)
+
+Subpackages are imported on demand (``from retorch import nn``), so ``import retorch``
+stays cheap. Each chapter's package depends only on earlier chapters' packages and torch.
+"""
+
+import ctypes.util as _ctypes_util
+import os as _os
+
+__version__ = "0.1.0"
+
+# Numba reads these when numba.cuda is first imported, so they are settled here, before any
+# retorch module can import it: with no NVIDIA driver, run kernels on the CUDA simulator
+# (an explicit NUMBA_ENABLE_CUDASIM=0 or 1 is respected); the small teaching launches would
+# otherwise warn about GPU occupancy on every call.
+if "NUMBA_ENABLE_CUDASIM" not in _os.environ and not (
+    _os.path.exists("/dev/nvidia0") or _ctypes_util.find_library("cuda")
+):
+    _os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+_os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+#: The PyTorch release whose source files the docstrings and chapters cite.
+TORCH_TAG = "v2.13.0"
+#: Base URL for citing torch's source at that tag.
+TORCH_SOURCE = f"https://github.com/pytorch/pytorch/blob/{TORCH_TAG}/"

@@ -1,0 +1,1 @@
+"""Helpers for the labs' graded checks (``grading``) and the chapters' side-by-side tables."""

@@ -1,0 +1,102 @@
+"""Graded checks for the labs: compare a student's code with torch and say what went wrong.
+
+A check cell calls :func:`check` with the exercise's label and a function that runs one or more
+comparisons. The outcome is one of:
+
+* passed: prints ``✓ Exercise 1 (name): passed (3 comparisons)``;
+* not implemented: the student's function still raises the stub's ``NotImplementedError``;
+  the check raises :class:`CheckFailed` saying so, and which line to replace;
+* wrong: a comparison failed; the check raises :class:`CheckFailed` with what was expected,
+  what came, and the hint written for that comparison.
+
+:class:`CheckFailed` is an ``AssertionError``, which is what nbgrader counts as a failed test.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+
+class CheckFailed(AssertionError):
+    """A graded check that did not pass; the message is written for the student."""
+
+
+class _Comparisons:
+    """Passed to the check function; each method is one comparison against torch."""
+
+    def __init__(self, label: str):
+        self.label, self.count = label, 0
+
+    def _fail(self, what: str, expected: Any, got: Any, hint: str):
+        raise CheckFailed(
+            f"{self.label}: {what}\n"
+            f"  expected: {_short(expected)}\n"
+            f"  got:      {_short(got)}\n"
+            f"  hint: {hint}"
+        )
+
+    def equal(self, got: Any, expected: Any, what: str, hint: str):
+        """Exact comparison: tensors with ``torch.equal`` (same shape, dtype, values); else ``==``."""
+        self.count += 1
+        if isinstance(expected, torch.Tensor):
+            if not isinstance(got, torch.Tensor):
+                self._fail(what + " should be a torch.Tensor", expected, got, hint)
+            if got.shape != expected.shape or got.dtype != expected.dtype:
+                self._fail(
+                    what + " has the wrong shape or dtype",
+                    f"shape {tuple(expected.shape)}, {expected.dtype}",
+                    f"shape {tuple(got.shape)}, {got.dtype}",
+                    hint,
+                )
+            if not torch.equal(got, expected):
+                self._fail(what + " has the wrong values", expected, got, hint)
+        elif got != expected:
+            self._fail(what, expected, got, hint)
+
+    def close(self, got, expected, what: str, hint: str, rtol: float = 1e-5, atol: float = 1e-6):
+        """Tensors equal within ``|got - expected| <= atol + rtol * |expected|``."""
+        self.count += 1
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            self._fail(what + " has the wrong shape", tuple(expected.shape), shape, hint)
+        if not torch.allclose(got.to(expected.dtype), expected, rtol=rtol, atol=atol):
+            err = (got.to(expected.dtype) - expected).abs().max().item()
+            self._fail(f"{what} differs (max abs error {err:.3g}, atol {atol}, rtol {rtol})",
+                       expected, got, hint)
+
+    def raises(self, fn: Callable[[], Any], exc_type: type[BaseException], what: str, hint: str):
+        """``fn()`` must raise ``exc_type`` (what torch raises for the same misuse)."""
+        self.count += 1
+        try:
+            fn()
+        except exc_type:
+            return
+        except NotImplementedError:
+            raise
+        except Exception as e:  # noqa: BLE001  (the wrong exception is the finding)
+            self._fail(what, exc_type.__name__, f"{type(e).__name__}: {e}", hint)
+        self._fail(what, f"{exc_type.__name__} raised", "no exception", hint)
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check(label: str, run: Callable[[_Comparisons], None]) -> int:
+    """Run one exercise's comparisons; print a pass line or raise :class:`CheckFailed`."""
+    cmp = _Comparisons(label)
+    try:
+        run(cmp)
+    except NotImplementedError as e:
+        raise CheckFailed(
+            f"{label}: not implemented yet. Your function still raises NotImplementedError "
+            f"({e}). Replace the `raise NotImplementedError(...)` line under `# YOUR CODE HERE` "
+            "with your code, run that cell, then run this check again."
+        ) from None
+    if cmp.count == 0:
+        raise CheckFailed(f"{label}: the check ran no comparison (a bug in the lab, not in your code)")
+    print(f"✓ {label}: passed ({cmp.count} comparison{'s' if cmp.count != 1 else ''})")
+    return cmp.count

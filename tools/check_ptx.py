@@ -1,0 +1,94 @@
+"""Compile every Numba-CUDA kernel of the course to PTX for sm_75, sm_80 and sm_90.
+
+The tests and notebooks run kernels under the CUDA simulator, which accepts Python that real
+Numba-CUDA rejects. This check compiles the same Python functions with the real compiler
+(``numba.cuda.compile_ptx``, no GPU needed) so such code is caught. It finds kernels in
+
+* retorch/: every module is imported; kernels register themselves through retorch.cuda.kernel;
+* notebooks/ and solutions/: code cells that declare a kernel (``@kernel(...)`` or
+  ``@device_function(...)``) are run on their own, so a kernel cell must be self-contained;
+
+and fails if any kernel anywhere is written with a bare ``cuda.jit`` (which would escape it).
+Run with NUMBA_ENABLE_CUDASIM=0 (``make ptx`` does).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import jupytext  # noqa: E402
+
+import retorch  # noqa: E402
+import retorch.cuda as rcuda  # noqa: E402
+from tools.course import ROOT  # noqa: E402
+
+BARE_JIT = re.compile(r"\bcuda\.jit\b")
+DECLARES = re.compile(r"^\s*@(retorch\.cuda\.|rcuda\.)?(kernel|device_function)\(", re.M)
+
+
+def bare_jit_uses() -> list[str]:
+    found = []
+    for path in sorted((ROOT / "retorch").rglob("*.py")):
+        if path.name == "cuda.py" and path.parent.name == "retorch":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if BARE_JIT.search(line) and not line.lstrip().startswith("#"):
+                found.append(f"{path.relative_to(ROOT)}:{n}")
+    for folder in ("notebooks", "solutions", "labs"):
+        for md in sorted((ROOT / folder).glob("*.md")):
+            for i, cell in enumerate(jupytext.read(md).cells):
+                if cell.cell_type == "code" and any(
+                    BARE_JIT.search(line) and not line.lstrip().startswith("#")
+                    for line in cell.source.splitlines()
+                ):
+                    found.append(f"{md.relative_to(ROOT)} cell {i}")
+    return found
+
+
+def load_kernels() -> None:
+    for info in pkgutil.walk_packages(retorch.__path__, "retorch."):
+        importlib.import_module(info.name)
+    for folder in ("notebooks", "solutions"):
+        for md in sorted((ROOT / folder).glob("*.md")):
+            for i, cell in enumerate(jupytext.read(md).cells):
+                if cell.cell_type == "code" and DECLARES.search(cell.source):
+                    name = f"{md.relative_to(ROOT)}[cell {i}]"
+                    exec(compile(cell.source, name, "exec"), {"__name__": name})
+
+
+def main() -> int:
+    bare = bare_jit_uses()
+    if bare:
+        print("Kernels must be declared with retorch.cuda.kernel / device_function (so this check")
+        print("compiles them), not a bare cuda.jit:\n  " + "\n  ".join(bare))
+        return 1
+    load_kernels()
+    failures = 0
+    for spec in rcuda.KERNELS:
+        sizes = []
+        for cc in rcuda.PTX_TARGETS:
+            try:
+                ptx = rcuda.compile_ptx(spec, cc)
+                sizes.append(f"sm_{cc[0]}{cc[1]} {ptx.count(chr(10))} lines")
+            except Exception as e:  # noqa: BLE001  (report every kernel, then fail)
+                failures += 1
+                sizes.append(f"sm_{cc[0]}{cc[1]} FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
+        kind = "device fn" if spec.device else "kernel"
+        print(f"{kind:9} {spec.name}: " + ", ".join(sizes))
+    print(f"PTX: {len(rcuda.KERNELS)} kernels x {len(rcuda.PTX_TARGETS)} targets, {failures} failures")
+    if not rcuda.KERNELS:
+        print("no kernels found: the check would prove nothing")
+        return 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

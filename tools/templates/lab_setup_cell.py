@@ -1,0 +1,17 @@
+# Set-up: install only what this runtime lacks (torch is never pinned or reinstalled), then say
+# where Numba-CUDA kernels run: the real GPU when there is one, the CUDA simulator otherwise.
+import importlib.util
+import subprocess
+import sys
+
+pip = [sys.executable, "-m", "pip", "install", "-q"]
+lacking = [pkg for mod, pkg in [("numba_cuda", "numba-cuda[cu12]"), ("torchviz", "torchviz")]
+           if importlib.util.find_spec(mod) is None]
+if lacking:
+    subprocess.run(pip + lacking, check=True)
+if importlib.util.find_spec("retorch") is None:
+    subprocess.run(pip + ["--no-deps", "git+{repository_url}"], check=True)
+
+import retorch.cuda  # noqa: E402  (chooses the simulator before numba.cuda is first imported)
+
+print("numba.cuda target:", retorch.cuda.target())
