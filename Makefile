@@ -50,7 +50,7 @@ chromium:
 # ---------------------------------------------------------------- book
 book: setup
 	@rm -rf _build/html
-	$(PY) -m jupyter_book build . --builder html -W -n --keep-going
+	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
 	@echo; echo "Book built: open file://$(CURDIR)/_build/html/index.html"
 
 html-check: chromium

@@ -61,7 +61,9 @@ def target() -> str:
         return "no GPU and the simulator is off: kernels can be compiled to PTX but not launched"
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
-    return f"GPU: {name} (compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]})"
+    return (
+        f"GPU: {name} (compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]})"
+    )
 
 
 def _declare(signatures, device, options):

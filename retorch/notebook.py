@@ -41,8 +41,8 @@ def show(*objs: Any):
 
 def _fmt(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        if value.numel() <= 6:
-            return str(value.detach().tolist())
+        if value.numel() <= 4:
+            return "[" + ", ".join(f"{v:.4g}" for v in value.detach().flatten().tolist()) + "]"
         return f"tensor{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -52,14 +52,18 @@ def _fmt(value: Any) -> str:
 def same(ours: Any, theirs: Any) -> bool:
     """Exact equality, tensors by ``torch.equal``, sequences elementwise."""
     if isinstance(theirs, torch.Tensor):
-        return isinstance(ours, torch.Tensor) and ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+        return (
+            isinstance(ours, torch.Tensor)
+            and ours.dtype == theirs.dtype
+            and torch.equal(ours, theirs)
+        )
     if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)):
         return len(ours) == len(theirs) and all(same(a, b) for a, b in zip(ours, theirs))
     return ours == theirs
 
 
-def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?")) -> bool:
-    """Print a small comparison table: one row per (what, ours, torch[, equal]) and return all-equal.
+def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?")) -> None:
+    """Print a small comparison table: one row per (what, ours, torch[, equal]), then a verdict.
 
     Rows of three are compared exactly with :func:`same`; a fourth element overrides the verdict
     (for comparisons within a stated tolerance).
@@ -72,7 +76,8 @@ def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?
     widths = [max(len(r[i]) for r in [headers, *table]) for i in range(4)]
     for r in [headers, tuple("-" * w for w in widths), *table]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    return all(r[3] == "yes" for r in table)
+    differ = sum(r[3] != "yes" for r in table)
+    print(f"-> {len(table)} comparisons, " + (f"{differ} DIFFER" if differ else "all equal"))
 
 
 def load_bench(name: str) -> dict:

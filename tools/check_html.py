@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +18,9 @@ from pathlib import Path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tools.course import colab_url  # noqa: E402
 
 IMAGES_LOADED = """
 return Array.from(document.querySelectorAll('article img')).map(
@@ -26,14 +30,24 @@ return Array.from(document.querySelectorAll('article img')).map(
 
 def browser(profile: str) -> webdriver.Chrome:
     opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
+    opts.binary_location = (
+        shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+    )
     for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", "--disable-quic", f"--user-data-dir={profile}",
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        f"--user-data-dir={profile}",
     ):
         opts.add_argument(flag)
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    return webdriver.Chrome(service=Service(driver), options=opts)
 
 
 def main(root: str) -> int:
@@ -49,16 +63,24 @@ def main(root: str) -> int:
         try:
             driver.get((html / "index.html").as_uri())
             title = driver.title
-            links = {a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "nav a")}
+            links = {
+                a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "nav a")
+            }
             for page in chapters:
                 if not any(link and link.endswith(f"notebooks/{page.name}") for link in links):
                     problems.append(f"home page has no link to {page.name}")
             report.append(f"home page: '{title}', {len(links)} navigation links")
             for page in chapters + labs:
                 driver.get(page.as_uri())
-                colab = driver.find_elements(By.CSS_SELECTOR, "a[href*='colab.research.google.com']")
-                if not colab:
-                    problems.append(f"{page.name}: no Open-in-Colab launch button")
+                want = colab_url(f"{page.parent.name}/{page.stem}.ipynb")
+                hrefs = [
+                    a.get_attribute("href")
+                    for a in driver.find_elements(By.CSS_SELECTOR, "a[href*='colab']")
+                ]
+                if want not in hrefs:
+                    problems.append(
+                        f"{page.name}: no Open-in-Colab launch button to {want} (found {hrefs})"
+                    )
                 if page in labs:
                     report.append(f"{page.parent.name}/{page.name}: Colab button")
                     continue

@@ -27,7 +27,11 @@ def errors(cell) -> list[dict]:
 def check_lab(path: Path) -> tuple[list[str], int]:
     nb = nbformat.read(path, as_version=4)
     NotebookClient(
-        nb, timeout=600, kernel_name="python3", allow_errors=True, record_timing=False,
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        allow_errors=True,
+        record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     problems, checks = [], 0
@@ -40,15 +44,21 @@ def check_lab(path: Path) -> tuple[list[str], int]:
             checks += 1
             label = exercise_label(meta["grade_id"])
             ok = any(
-                e["ename"] == "CheckFailed" and label in e["evalue"] and "not implemented yet" in e["evalue"]
+                e["ename"] == "CheckFailed"
+                and label in e["evalue"]
+                and "not implemented yet" in e["evalue"]
                 for e in errs
             )
             if not ok:
                 got = "; ".join(f"{e['ename']}: {e['evalue'][:200]}" for e in errs) or "it passed"
-                problems.append(f"{path.name} cell {i} ({label}): check should fail on the stub; {got}")
+                problems.append(
+                    f"{path.name} cell {i} ({label}): check should fail on the stub; {got}"
+                )
         elif errs:
             e = errs[0]
-            problems.append(f"{path.name} cell {i}: a non-check cell failed: {e['ename']}: {e['evalue'][:200]}")
+            problems.append(
+                f"{path.name} cell {i}: a non-check cell failed: {e['ename']}: {e['evalue'][:200]}"
+            )
     return problems, checks
 
 
@@ -60,8 +70,10 @@ def main() -> int:
         problems, checks = check_lab(lab)
         total += checks
         all_problems += problems
-        print(f"{lab.name}: {checks} checks fail on the stubs as they should"
-              f"{'' if not problems else f', {len(problems)} problems'} ({time.perf_counter() - t0:.1f} s)")
+        print(
+            f"{lab.name}: {checks} checks fail on the stubs as they should"
+            f"{'' if not problems else f', {len(problems)} problems'} ({time.perf_counter() - t0:.1f} s)"
+        )
     if all_problems:
         print("\n".join(all_problems))
         return 1

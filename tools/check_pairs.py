@@ -32,7 +32,9 @@ def pair_problems(folder: Path) -> list[str]:
             diff = difflib.unified_diff(
                 want.splitlines(), got.splitlines(), str(md_path), f"{nb_path} as MyST", lineterm=""
             )
-            problems.append(f"{folder.name}/{stem}: .md and .ipynb differ\n" + "\n".join(list(diff)[:40]))
+            problems.append(
+                f"{folder.name}/{stem}: .md and .ipynb differ\n" + "\n".join(list(diff)[:40])
+            )
     return problems
 
 

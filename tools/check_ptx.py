@@ -80,10 +80,14 @@ def main() -> int:
                 sizes.append(f"sm_{cc[0]}{cc[1]} {ptx.count(chr(10))} lines")
             except Exception as e:  # noqa: BLE001  (report every kernel, then fail)
                 failures += 1
-                sizes.append(f"sm_{cc[0]}{cc[1]} FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
+                sizes.append(
+                    f"sm_{cc[0]}{cc[1]} FAILED: {type(e).__name__}: {str(e).splitlines()[0]}"
+                )
         kind = "device fn" if spec.device else "kernel"
         print(f"{kind:9} {spec.name}: " + ", ".join(sizes))
-    print(f"PTX: {len(rcuda.KERNELS)} kernels x {len(rcuda.PTX_TARGETS)} targets, {failures} failures")
+    print(
+        f"PTX: {len(rcuda.KERNELS)} kernels x {len(rcuda.PTX_TARGETS)} targets, {failures} failures"
+    )
     if not rcuda.KERNELS:
         print("no kernels found: the check would prove nothing")
         return 1

@@ -61,7 +61,9 @@ def main() -> int:
                 cells += 1
                 where = f"{md.relative_to(ROOT)} cell {i}"
                 source = "\n".join(
-                    line for line in cell.source.split("\n") if not line.lstrip().startswith(("%", "!"))
+                    line
+                    for line in cell.source.split("\n")
+                    if not line.lstrip().startswith(("%", "!"))
                 )
                 tree = ast.parse(source)
                 for node in ast.walk(tree):
@@ -69,7 +71,9 @@ def main() -> int:
                         continue
                     key = _body_key(node)
                     if key in bodies:
-                        problems.append(f"{where}: {node.name} copies {bodies[key]}: show() it instead")
+                        problems.append(
+                            f"{where}: {node.name} copies {bodies[key]}: show() it instead"
+                        )
                     elif folder == "notebooks" and node.name in names and node.col_offset == 0:
                         problems.append(
                             f"{where}: defines {node.name}, which retorch has ({names[node.name]}): "
@@ -77,11 +81,15 @@ def main() -> int:
                         )
                 lines = len(cell.source.strip().split("\n"))
                 if folder == "notebooks" and lines > MAX_LINES:
-                    problems.append(f"{where}: {lines} lines; keep cells under {MAX_LINES} (move code to retorch/)")
+                    problems.append(
+                        f"{where}: {lines} lines; keep cells under {MAX_LINES} (move code to retorch/)"
+                    )
     if problems:
         print("\n".join(problems))
         return 1
-    print(f"one source of truth: {cells} code cells checked against {len(names)} retorch definitions")
+    print(
+        f"one source of truth: {cells} code cells checked against {len(names)} retorch definitions"
+    )
     return 0
 
 

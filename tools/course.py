@@ -35,3 +35,10 @@ def colab_badge(path: str) -> str:
         f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
         f"({colab_url(path)})"
     )
+
+
+def number_cells(nb) -> None:
+    """Give cells stable ids (``c000``, ``c001``...): jupytext invents random ones when it reads
+    a .md, which would change every .ipynb on every run."""
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"c{i:03d}"

@@ -16,13 +16,20 @@ from pathlib import Path
 import jupytext
 from nbclient import NotebookClient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tools.course import number_cells  # noqa: E402
+
 
 def execute(path: Path) -> float:
     md = path.with_suffix(".md")
     nb = jupytext.read(md)
+    number_cells(nb)
     t0 = time.perf_counter()
     NotebookClient(
-        nb, timeout=600, kernel_name="python3", record_timing=False,
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        record_timing=False,
         resources={"metadata": {"path": str(path.parent.resolve())}},
     ).execute()
     seconds = time.perf_counter() - t0

@@ -29,7 +29,7 @@ import jupytext
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tools.course import ROOT, colab_badge, repository_url  # noqa: E402
+from tools.course import ROOT, colab_badge, number_cells, repository_url  # noqa: E402
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 GRADE_ID = re.compile(r"^ex(\d+)_([a-z0-9_]+?)(_check\d*)?$")
@@ -63,7 +63,9 @@ def stub_out(source: str, label: str, where: str) -> str:
             inside, regions = True, regions + 1
             indent = line[: len(line) - len(line.lstrip())]
             out.append(f"{indent}# YOUR CODE HERE")
-            out.append(f'{indent}raise NotImplementedError("{label}: replace this line with your code")')
+            out.append(
+                f'{indent}raise NotImplementedError("{label}: replace this line with your code")'
+            )
         elif stripped == END:
             if not inside:
                 raise LabError(f"{where}: {END} without {BEGIN}")
@@ -140,6 +142,7 @@ def main() -> int:
     for md in solutions:
         sol_rel = f"solutions/{md.stem}.ipynb"
         nb = jupytext.read(md)
+        number_cells(nb)
         if args.check:
             fresh = copy.deepcopy(nb)
             if refresh_solution(fresh, sol_rel):

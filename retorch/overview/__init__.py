@@ -9,11 +9,28 @@ chapter can follow one ``torch.add`` and one training step through the layers:
 and map which chapter of the course rebuilds which layer.
 """
 
-from .introspect import OpLog, dispatch_keys, dispatch_table, profile_summary, python_entry
-from .kernels import add_kernel, launch_add
+from .introspect import (
+    OpLog,
+    dispatch_keys,
+    dispatch_table,
+    profile,
+    profile_summary,
+    python_entry,
+)
+from .kernels import add_cpu, add_kernel, launch_add
 from .layers import COURSE_MAP, LAYERS, layers_diagram
 
 __all__ = [
-    "COURSE_MAP", "LAYERS", "OpLog", "add_kernel", "dispatch_keys", "dispatch_table",
-    "launch_add", "layers_diagram", "profile_summary", "python_entry",
+    "COURSE_MAP",
+    "LAYERS",
+    "OpLog",
+    "add_cpu",
+    "add_kernel",
+    "dispatch_keys",
+    "dispatch_table",
+    "launch_add",
+    "layers_diagram",
+    "profile",
+    "profile_summary",
+    "python_entry",
 ]

@@ -14,7 +14,10 @@ Each function wraps one of torch's introspection hooks (all real torch, nothing 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 from collections import Counter
 
 import torch
@@ -27,6 +30,8 @@ def python_entry(fn) -> str:
         owner = getattr(fn, "__self__", None)
         where = getattr(owner, "__name__", None) or fn.__module__
         return f"{fn.__name__}: C++ binding (builtin function of {where})"
+    if isinstance(fn, type(torch.Tensor.add)):  # method_descriptor
+        return f"Tensor.{fn.__name__}: C++ binding (method of {fn.__objclass__.__module__}.{fn.__objclass__.__name__})"
     code = getattr(fn, "__code__", None)
     if code is not None:
         path = code.co_filename.split("site-packages/")[-1]
@@ -41,7 +46,9 @@ def dispatch_keys(tensor: torch.Tensor) -> list[str]:
     return [k.strip() for k in inside.split(",") if k.strip()][::-1]
 
 
-_ROW = re.compile(r"^(?P<key>[\w ()]+?): (?P<fallthrough>fallthrough )?registered at (?P<where>\S+) \[(?P<kind>[^\]]+)\]")
+_ROW = re.compile(
+    r"^(?P<key>[\w ()]+?): (?P<fallthrough>fallthrough )?registered at (?P<where>\S+) \[(?P<kind>[^\]]+)\]"
+)
 
 
 def _short_path(path: str) -> str:
@@ -86,6 +93,38 @@ class OpLog(TorchDispatchMode):
     def counts(self) -> list[tuple[str, str, int]]:
         """(phase, op, count) in order of first appearance."""
         return [(ph, op, n) for (ph, op), n in Counter(self.ops).items()]
+
+
+@contextlib.contextmanager
+def profile(**kwargs):
+    """``torch.profiler.profile(**kwargs)`` with Kineto's start/stop log lines silenced.
+
+    Kineto (the profiler's C++ core) writes ``profiler_start``/``profiler_stop`` lines with a
+    timestamp and process id straight to file descriptor 2; in a notebook they would land in a
+    later cell's output. Everything the profiler records is unchanged.
+    """
+    import torch.profiler
+
+    @contextlib.contextmanager
+    def fd2_silenced():
+        sys.stderr.flush()
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+
+    prof = torch.profiler.profile(**kwargs)
+    with fd2_silenced():
+        prof.__enter__()
+    try:
+        yield prof
+    finally:
+        with fd2_silenced():
+            prof.__exit__(None, None, None)
 
 
 def profile_summary(prof, prefix: str = "aten::") -> list[tuple[str, int]]:

@@ -63,8 +63,12 @@ class _Comparisons:
             self._fail(what + " has the wrong shape", tuple(expected.shape), shape, hint)
         if not torch.allclose(got.to(expected.dtype), expected, rtol=rtol, atol=atol):
             err = (got.to(expected.dtype) - expected).abs().max().item()
-            self._fail(f"{what} differs (max abs error {err:.3g}, atol {atol}, rtol {rtol})",
-                       expected, got, hint)
+            self._fail(
+                f"{what} differs (max abs error {err:.3g}, atol {atol}, rtol {rtol})",
+                expected,
+                got,
+                hint,
+            )
 
     def raises(self, fn: Callable[[], Any], exc_type: type[BaseException], what: str, hint: str):
         """``fn()`` must raise ``exc_type`` (what torch raises for the same misuse)."""
@@ -85,7 +89,7 @@ def _short(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check(label: str, run: Callable[[_Comparisons], None]) -> int:
+def check(label: str, run: Callable[[_Comparisons], None]) -> None:
     """Run one exercise's comparisons; print a pass line or raise :class:`CheckFailed`."""
     cmp = _Comparisons(label)
     try:
@@ -97,6 +101,7 @@ def check(label: str, run: Callable[[_Comparisons], None]) -> int:
             "with your code, run that cell, then run this check again."
         ) from None
     if cmp.count == 0:
-        raise CheckFailed(f"{label}: the check ran no comparison (a bug in the lab, not in your code)")
+        raise CheckFailed(
+            f"{label}: the check ran no comparison (a bug in the lab, not in your code)"
+        )
     print(f"✓ {label}: passed ({cmp.count} comparison{'s' if cmp.count != 1 else ''})")
-    return cmp.count

@@ -5,8 +5,11 @@ import subprocess
 import sys
 
 pip = [sys.executable, "-m", "pip", "install", "-q"]
-lacking = [pkg for mod, pkg in [("numba_cuda", "numba-cuda[cu12]"), ("torchviz", "torchviz")]
-           if importlib.util.find_spec(mod) is None]
+lacking = [
+    pkg
+    for mod, pkg in [("numba_cuda", "numba-cuda[cu12]"), ("torchviz", "torchviz")]
+    if importlib.util.find_spec(mod) is None
+]
 if lacking:
     subprocess.run(pip + lacking, check=True)
 if importlib.util.find_spec("retorch") is None:
