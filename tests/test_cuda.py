@@ -1,0 +1,70 @@
+"""The kernel registry and the PTX check: the check must catch code only the simulator accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tools.course import ROOT
+
+BAD = """
+import numpy as np
+from numba import cuda
+import retorch.cuda as rc
+
+@rc.kernel("void(float32[:])")
+def bad(out):
+    i = cuda.grid(1)
+    seen = {"i": i}          # a dict: fine in the simulator (plain Python), not on a GPU
+    out[i] = seen["i"]
+
+out = np.zeros(4, np.float32)
+if rc.simulator_enabled():
+    bad[1, 4](out)
+    print("simulator ran it:", out.tolist())
+else:
+    try:
+        rc.compile_ptx(rc.KERNELS[-1], (8, 0))
+        print("compiled")
+    except Exception as e:
+        print("PTX compilation failed:", type(e).__name__)
+"""
+
+
+def _run(sim: str) -> str:
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM=sim)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(BAD)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_simulator_accepts_what_ptx_compilation_rejects():
+    assert "simulator ran it: [0.0, 1.0, 2.0, 3.0]" in _run("1")
+    assert "PTX compilation failed: TypingError" in _run("0")
+
+
+@pytest.mark.slow
+def test_check_ptx_compiles_every_registered_kernel():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    result = subprocess.run(
+        [sys.executable, "tools/check_ptx.py"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "retorch.overview.kernels.add_kernel: sm_75" in result.stdout
+    assert ", 0 failures" in result.stdout
