@@ -1,0 +1,70 @@
+"""``Embedding``. Mirrors torch/nn/modules/sparse.py."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import init
+from ..parameter import Parameter
+from .module import Module
+
+
+class Embedding(Module):
+    """A lookup table: row ``i`` of ``weight`` is the vector for index ``i``."""
+
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+        max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+        sparse: bool = False, _weight: torch.Tensor | None = None, _freeze: bool = False,
+        device=None, dtype=None,
+    ) -> None:
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        if padding_idx is not None:
+            if padding_idx > 0:
+                if padding_idx >= num_embeddings:
+                    raise AssertionError("Padding_idx must be within num_embeddings")
+            elif padding_idx < 0:
+                if padding_idx < -num_embeddings:
+                    raise AssertionError("Padding_idx must be within num_embeddings")
+                padding_idx = num_embeddings + padding_idx
+        self.padding_idx = padding_idx
+        self.max_norm = max_norm
+        self.norm_type = norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        if _weight is None:
+            self.weight = Parameter(torch.empty((num_embeddings, embedding_dim), **factory_kwargs), requires_grad=not _freeze)
+            self.reset_parameters()
+        else:
+            if list(_weight.shape) != [num_embeddings, embedding_dim]:
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+        self.sparse = sparse
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with torch.no_grad():
+                self.weight[self.padding_idx].fill_(0)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return F.embedding(
+            input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
+
+    def extra_repr(self) -> str:
+        s = "{num_embeddings}, {embedding_dim}"
+        if self.padding_idx is not None:
+            s += ", padding_idx={padding_idx}"
+        if self.max_norm is not None:
+            s += ", max_norm={max_norm}"
+        if self.norm_type != 2:
+            s += ", norm_type={norm_type}"
+        if self.scale_grad_by_freq is not False:
+            s += ", scale_grad_by_freq={scale_grad_by_freq}"
+        if self.sparse is not False:
+            s += ", sparse=True"
+        return s.format(**self.__dict__)
