@@ -21,6 +21,18 @@ from .modules import (
 from .parameter import Buffer, Parameter
 
 __all__ = [
-    "GELU", "Buffer", "Dropout", "Embedding", "LayerNorm", "Linear", "Module", "ModuleDict", "ModuleList",
-    "Parameter", "ReLU", "Sequential", "init", "utils",
+    "GELU",
+    "Buffer",
+    "Dropout",
+    "Embedding",
+    "LayerNorm",
+    "Linear",
+    "Module",
+    "ModuleDict",
+    "ModuleList",
+    "Parameter",
+    "ReLU",
+    "Sequential",
+    "init",
+    "utils",
 ]

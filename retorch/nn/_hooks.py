@@ -15,7 +15,13 @@ class RemovableHandle:
         self.hooks_dict_ref = weakref.ref(hooks_dict)
         self.id = RemovableHandle.next_id
         RemovableHandle.next_id += 1
-        extras = extra_dict if isinstance(extra_dict, list) else [extra_dict] if extra_dict is not None else []
+        extras = (
+            extra_dict
+            if isinstance(extra_dict, list)
+            else [extra_dict]
+            if extra_dict is not None
+            else []
+        )
         self.extra_dict_ref = tuple(weakref.ref(d) for d in extras)
 
     def remove(self) -> None:

@@ -12,7 +12,15 @@ import torch
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
-    linear_fns = ["linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
+    linear_fns = [
+        "linear",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+    ]
     if nonlinearity in linear_fns or nonlinearity == "sigmoid":
         return 1
     if nonlinearity == "tanh":
@@ -34,7 +42,9 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 
 def _calculate_fan_in_and_fan_out(tensor: torch.Tensor) -> tuple[int, int]:
     if tensor.dim() < 2:
-        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+        raise ValueError(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        )
     receptive_field_size = 1
     for s in tensor.shape[2:]:
         receptive_field_size *= s
@@ -54,7 +64,9 @@ def uniform_(tensor: torch.Tensor, a: float = 0.0, b: float = 1.0, generator=Non
         return tensor.uniform_(a, b, generator=generator)
 
 
-def normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> torch.Tensor:
+def normal_(
+    tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, generator=None
+) -> torch.Tensor:
     with torch.no_grad():
         return tensor.normal_(mean, std, generator=generator)
 
@@ -77,7 +89,11 @@ def xavier_uniform_(tensor: torch.Tensor, gain: float = 1.0, generator=None) -> 
 
 
 def kaiming_uniform_(
-    tensor: torch.Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
+    tensor: torch.Tensor,
+    a: float = 0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    generator=None,
 ) -> torch.Tensor:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan): He et al. (2015)."""
     if 0 in tensor.shape:

@@ -24,7 +24,9 @@ class Parameter(torch.Tensor):
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
-        result = type(self)(self.data.clone(memory_format=torch.preserve_format), self.requires_grad)
+        result = type(self)(
+            self.data.clone(memory_format=torch.preserve_format), self.requires_grad
+        )
         memo[id(self)] = result
         return result
 

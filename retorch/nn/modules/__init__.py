@@ -9,6 +9,14 @@ from .normalization import LayerNorm
 from .sparse import Embedding
 
 __all__ = [
-    "GELU", "Dropout", "Embedding", "LayerNorm", "Linear", "Module", "ModuleDict", "ModuleList", "ReLU",
+    "GELU",
+    "Dropout",
+    "Embedding",
+    "LayerNorm",
+    "Linear",
+    "Module",
+    "ModuleDict",
+    "ModuleList",
+    "ReLU",
     "Sequential",
 ]

@@ -15,7 +15,9 @@ from .module import Module
 class Linear(Module):
     """``y = x @ weight.T + bias``, initialised as torch's (Kaiming-uniform weight, uniform bias)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None
+    ) -> None:
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
         self.in_features = in_features

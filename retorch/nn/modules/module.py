@@ -68,12 +68,16 @@ class Module:
     forward: Callable[..., Any]
 
     def _forward_unimplemented(self, *input: Any) -> None:
-        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+        raise NotImplementedError(
+            f'Module [{type(self).__name__}] is missing the required "forward" function'
+        )
 
     forward = _forward_unimplemented
 
     # ------------------------------------------------------------ registration
-    def register_buffer(self, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
+    def register_buffer(
+        self, name: str, tensor: torch.Tensor | None, persistent: bool = True
+    ) -> None:
         """Add a buffer: state saved in ``state_dict`` (unless not persistent) but not trained."""
         if "_buffers" not in self.__dict__:
             raise AttributeError("cannot assign buffer before Module.__init__() call")
@@ -149,7 +153,9 @@ class Module:
         if isinstance(value, Parameter):
             if params is None:
                 raise AttributeError("cannot assign parameters before Module.__init__() call")
-            remove_from(self.__dict__, self._buffers, self._modules, self._non_persistent_buffers_set)
+            remove_from(
+                self.__dict__, self._buffers, self._modules, self._non_persistent_buffers_set
+            )
             self.register_parameter(name, value)
         elif params is not None and name in params:
             if value is not None:
@@ -161,7 +167,9 @@ class Module:
         elif isinstance(value, Module):
             if self.__dict__.get("_modules") is None:
                 raise AttributeError("cannot assign module before Module.__init__() call")
-            remove_from(self.__dict__, self._parameters, self._buffers, self._non_persistent_buffers_set)
+            remove_from(
+                self.__dict__, self._parameters, self._buffers, self._non_persistent_buffers_set
+            )
             self._modules[name] = value
         elif name in self.__dict__.get("_modules", {}):
             if value is not None:
@@ -205,7 +213,12 @@ class Module:
             object.__delattr__(self, name)
 
     def __dir__(self):
-        keys = list(object.__dir__(self)) + list(self._parameters) + list(self._modules) + list(self._buffers)
+        keys = (
+            list(object.__dir__(self))
+            + list(self._parameters)
+            + list(self._modules)
+            + list(self._buffers)
+        )
         return sorted(k for k in set(keys) if not k[0].isdigit())
 
     def get_submodule(self, target: str) -> Module:
@@ -233,7 +246,11 @@ class Module:
     def _named_members(self, get_members_fn, prefix="", recurse=True, remove_duplicate=True):
         """Walk modules (or only self), yielding each (name, member) once unless asked otherwise."""
         memo = set()
-        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        modules = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         for module_prefix, module in modules:
             for k, v in get_members_fn(module):
                 if v is None or v in memo:
@@ -256,7 +273,9 @@ class Module:
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        yield from self._named_members(lambda module: module._buffers.items(), prefix, recurse, remove_duplicate)
+        yield from self._named_members(
+            lambda module: module._buffers.items(), prefix, recurse, remove_duplicate
+        )
 
     def buffers(self, recurse: bool = True) -> Iterator[torch.Tensor]:
         for _, buf in self.named_buffers(recurse=recurse):
@@ -273,7 +292,9 @@ class Module:
         for _, module in self.named_children():
             yield module
 
-    def named_modules(self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True):
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ):
         """Pre-order walk of the module tree, each module once (unless ``remove_duplicate=False``)."""
         if memo is None:
             memo = set()
@@ -356,7 +377,9 @@ class Module:
             )
 
         def convert(t):
-            return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking)
+            return t.to(
+                device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking
+            )
 
         return self._apply(convert)
 
@@ -369,7 +392,9 @@ class Module:
     # ------------------------------------------------------------ calling and hooks
     def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False):
         """``hook(module, args)`` (or ``hook(module, args, kwargs)``) runs before ``forward``."""
-        handle = RemovableHandle(self._forward_pre_hooks, extra_dict=self._forward_pre_hooks_with_kwargs)
+        handle = RemovableHandle(
+            self._forward_pre_hooks, extra_dict=self._forward_pre_hooks_with_kwargs
+        )
         self._forward_pre_hooks[handle.id] = hook
         if with_kwargs:
             self._forward_pre_hooks_with_kwargs[handle.id] = True
@@ -404,7 +429,9 @@ class Module:
                 if hook_id in self._forward_pre_hooks_with_kwargs:
                     args_kwargs_result = hook(self, args, kwargs)
                     if args_kwargs_result is not None:
-                        if not (isinstance(args_kwargs_result, tuple) and len(args_kwargs_result) == 2):
+                        if not (
+                            isinstance(args_kwargs_result, tuple) and len(args_kwargs_result) == 2
+                        ):
                             raise RuntimeError(
                                 "forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
                                 f"but got {args_kwargs_result}."
@@ -428,7 +455,10 @@ class Module:
         except Exception:
             # Hooks registered with always_call=True still run when forward (or a hook) raised.
             for hook_id, hook in self._forward_hooks.items():
-                if hook_id in self._forward_hooks_always_called and hook_id not in called_always_called_hooks:
+                if (
+                    hook_id in self._forward_hooks_always_called
+                    and hook_id not in called_always_called_hooks
+                ):
                     try:
                         if hook_id in self._forward_hooks_with_kwargs:
                             hook_result = hook(self, args, kwargs, result)
@@ -461,14 +491,22 @@ class Module:
         self._save_to_state_dict(destination, prefix, keep_vars)
         for name, module in self._modules.items():
             if module is not None:
-                module.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+                module.state_dict(
+                    destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars
+                )
         return destination
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ):
-        persistent_buffers = {k: v for k, v in self._buffers.items() if k not in self._non_persistent_buffers_set}
-        local_state = {k: v for k, v in itertools.chain(self._parameters.items(), persistent_buffers.items()) if v is not None}
+        persistent_buffers = {
+            k: v for k, v in self._buffers.items() if k not in self._non_persistent_buffers_set
+        }
+        local_state = {
+            k: v
+            for k, v in itertools.chain(self._parameters.items(), persistent_buffers.items())
+            if v is not None
+        }
         assign = local_metadata.get("assign_to_params_buffers", False)
         for name, param in local_state.items():
             key = prefix + name
@@ -492,7 +530,11 @@ class Module:
             try:
                 with torch.no_grad():
                     if assign:
-                        value = Parameter(input_param, param.requires_grad) if isinstance(param, Parameter) else input_param
+                        value = (
+                            Parameter(input_param, param.requires_grad)
+                            if isinstance(param, Parameter)
+                            else input_param
+                        )
                         setattr(self, name, value)
                     else:
                         param.copy_(input_param)
@@ -527,26 +569,44 @@ class Module:
             if assign:
                 local_metadata["assign_to_params_buffers"] = assign
             module._load_from_state_dict(
-                local_state_dict, prefix, local_metadata, True, missing_keys, unexpected_keys, error_msgs
+                local_state_dict,
+                prefix,
+                local_metadata,
+                True,
+                missing_keys,
+                unexpected_keys,
+                error_msgs,
             )
             for name, child in module._modules.items():
                 if child is not None:
                     child_prefix = prefix + name + "."
-                    load(child, {k: v for k, v in local_state_dict.items() if k.startswith(child_prefix)}, child_prefix)
+                    load(
+                        child,
+                        {k: v for k, v in local_state_dict.items() if k.startswith(child_prefix)},
+                        child_prefix,
+                    )
 
         load(self, state_dict)
         if strict:
             if unexpected_keys:
                 error_msgs.insert(
-                    0, "Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected_keys))
+                    0,
+                    "Unexpected key(s) in state_dict: {}. ".format(
+                        ", ".join(f'"{k}"' for k in unexpected_keys)
+                    ),
                 )
             if missing_keys:
                 error_msgs.insert(
-                    0, "Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing_keys))
+                    0,
+                    "Missing key(s) in state_dict: {}. ".format(
+                        ", ".join(f'"{k}"' for k in missing_keys)
+                    ),
                 )
         if error_msgs:
             raise RuntimeError(
-                "Error(s) in loading state_dict for {}:\n\t{}".format(type(self).__name__, "\n\t".join(error_msgs))
+                "Error(s) in loading state_dict for {}:\n\t{}".format(
+                    type(self).__name__, "\n\t".join(error_msgs)
+                )
             )
         return _IncompatibleKeys(missing_keys, unexpected_keys)
 

@@ -16,8 +16,13 @@ class LayerNorm(Module):
     """Normalise over the last dimensions, then scale by ``weight`` and shift by ``bias``."""
 
     def __init__(
-        self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-        device=None, dtype=None,
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device=None,
+        dtype=None,
     ) -> None:
         factory_kwargs = {"device": device, "dtype": dtype}
         super().__init__()
