@@ -85,7 +85,7 @@ def load_bench(name: str) -> dict:
     return json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text())
 
 
-def plot_bench(name: str, ax=None, log: bool = True):
+def plot_bench(name: str, ax=None, log: bool | None = None):
     """Bar chart of a stored benchmark: one group per case, one bar per implementation."""
     import matplotlib.pyplot as plt
 
@@ -102,7 +102,7 @@ def plot_bench(name: str, ax=None, log: bool = True):
         ax.bar(xs, ys, width, label=impl)
     ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(cases))], cases)
     ax.set_ylabel(data["unit"])
-    if log:
+    if data.get("log", True) if log is None else log:
         ax.set_yscale("log")
     ax.set_title(f"{data['title']} ({data['machine']})", fontsize=10)
     ax.legend(fontsize=8)
