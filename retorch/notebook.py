@@ -39,14 +39,16 @@ def show(*objs: Any):
     return Markdown("\n\n".join(parts))
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, width: int = 48) -> str:
+    """A short cell for a comparison table; long values are cut (the comparison uses them whole)."""
     if isinstance(value, torch.Tensor):
         if value.numel() <= 4:
             return "[" + ", ".join(f"{v:.4g}" for v in value.detach().flatten().tolist()) + "]"
         return f"tensor{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    text = f"{value:.6g}" if isinstance(value, float) else str(value).replace("\n", " ")
+    if len(text) > width:
+        text = text[: width - 14] + f"... ({len(text)} chars)"
+    return text
 
 
 def same(ours: Any, theirs: Any) -> bool:
@@ -107,3 +109,36 @@ def plot_bench(name: str, ax=None, log: bool | None = None):
     ax.set_title(f"{data['title']} ({data['machine']})", fontsize=10)
     ax.legend(fontsize=8)
     return ax
+
+
+def module_tree(model, title: str = "") -> Any:
+    """A graphviz drawing of a module tree: each module with its own parameters and buffers.
+
+    Shared modules appear once with several incoming edges, which is what de-duplication in
+    ``named_parameters`` and ``named_modules`` is about. Works for torch and retorch modules.
+    """
+    import graphviz
+
+    g = graphviz.Digraph(
+        graph_attr={"rankdir": "LR", "label": title, "fontsize": "11"},
+        node_attr={"shape": "record", "fontname": "Helvetica", "fontsize": "10"},
+    )
+    ids: dict[int, str] = {}
+    for name, module in model.named_modules():
+        ids[id(module)] = f"m{len(ids)}"
+        own = [
+            f"param {k} {tuple(v.shape)}" for k, v in module._parameters.items() if v is not None
+        ]
+        own += [f"buffer {k} {tuple(v.shape)}" for k, v in module._buffers.items() if v is not None]
+        label = (
+            "{"
+            + f"{name or '(root)'}: {type(module).__name__}"
+            + "".join(f"|{x}" for x in own)
+            + "}"
+        )
+        g.node(ids[id(module)], label)
+    for _, module in model.named_modules():
+        for child_name, child in module._modules.items():
+            if child is not None:
+                g.edge(ids[id(module)], ids[id(child)], label=child_name)
+    return g
