@@ -1,1 +1,5 @@
-"""Utilities mirroring ``torch/nn/utils`` (chapter 2 adds ``clip_grad_norm_``)."""
+"""Utilities mirroring ``torch/nn/utils``."""
+
+from .clip_grad import clip_grad_norm_
+
+__all__ = ["clip_grad_norm_"]
