@@ -60,8 +60,11 @@ def fused_adam_cpu(
 ):
     for c in prange(chunk_tensor.size):
         t, start = chunk_tensor[c], chunk_start[c]
-        p, g, m, v, vm = params[t], grads[t], exp_avgs[t], exp_avg_sqs[t], max_exp_avg_sqs[t]
-        for i in range(start, min(start + CHUNK, p.size)):
+        end = min(start + CHUNK, params[t].size)
+        # Slicing first gives the inner loop plain local arrays, which LLVM vectorises.
+        p, g, m = params[t][start:end], grads[t][start:end], exp_avgs[t][start:end]
+        v, vm = exp_avg_sqs[t][start:end], max_exp_avg_sqs[t][start:end]
+        for i in range(p.size):
             vmax = vm[i] if amsgrad else np.float32(0)
             p[i], m[i], v[i], vmax = _update(
                 p[i], g[i], m[i], v[i], vmax, consts, amsgrad, maximize, adamw
