@@ -32,6 +32,7 @@ def show(*objs: Any):
 
     parts = []
     for obj in objs:
+        obj = getattr(obj, "py_func", obj)  # a Numba dispatcher shows the Python it compiles
         lines, start = inspect.getsourcelines(obj)
         code = inspect.cleandoc("".join(lines)) if lines[0].startswith(" ") else "".join(lines)
         header = f"`{source_path(obj)}`, line {start}: `{obj.__qualname__}`"
