@@ -1,0 +1,41 @@
+"""Chapter 3: reverse-mode autograd rebuilt. Mirrors torch/csrc/autograd and torch/autograd.
+
+``tensor`` makes leaves; operations on them record a graph of ``Node``s (graph.py) whose
+backward formulas are one table (derivatives.py); ``backward`` and ``grad`` run the engine
+(engine.py). All arithmetic goes through the op interface in ``_ops.py``.
+"""
+
+from . import _ops
+from .anomaly_mode import detect_anomaly, is_anomaly_enabled
+from .engine import backward, grad
+from .function import Function, FunctionCtx
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .gradcheck import gradcheck
+from .graph import AccumulateGrad, Edge, Node, SavedVariable
+from .graphviz import backward_order, graph_names, make_dot
+from .tensor import Tensor, cross_entropy, tensor
+
+__all__ = [
+    "AccumulateGrad",
+    "Edge",
+    "Function",
+    "backward_order",
+    "FunctionCtx",
+    "Node",
+    "SavedVariable",
+    "Tensor",
+    "_ops",
+    "backward",
+    "cross_entropy",
+    "detect_anomaly",
+    "enable_grad",
+    "grad",
+    "gradcheck",
+    "graph_names",
+    "is_anomaly_enabled",
+    "is_grad_enabled",
+    "make_dot",
+    "no_grad",
+    "set_grad_enabled",
+    "tensor",
+]
