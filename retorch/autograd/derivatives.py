@@ -124,6 +124,10 @@ def _transpose(node, g):
     return (g.transpose(node.dim0, node.dim1),)
 
 
+def _t(node, g):
+    return (g.t(),)
+
+
 def _permute(node, g):
     inverse = [0] * len(node.dims)
     for i, d in enumerate(node.dims):
@@ -220,6 +224,7 @@ FORMULAS = {
     "unsafe_view": ("UnsafeViewBackward0", _view),
     "clone": ("CloneBackward0", _clone),
     "transpose": ("TransposeBackward0", _transpose),
+    "t": ("TBackward0", _t),
     "permute": ("PermuteBackward0", _permute),
     "expand": ("ExpandBackward0", _expand),
     "unsqueeze": ("UnsqueezeBackward0", _unsqueeze),

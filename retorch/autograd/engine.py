@@ -62,12 +62,20 @@ def _needed_nodes(roots, targets) -> set[Node]:
 
 def _sum_to_input(grad: Tensor, shape) -> Tensor:
     """validate_outputs: a gradient in a broadcast shape is summed back to the input's shape."""
-    if tuple(grad.shape) == tuple(shape):
+    if grad.data.shape == shape:
         return grad
     return Tensor._sum_to(grad, shape)
 
 
 def _call_function(node: Node, inputs: list) -> tuple:
+    if not (
+        node._tensor_pre_hooks
+        or node._retains_grad_hooks
+        or node._pre_hooks
+        or node._post_hooks
+        or anomaly_mode._enabled
+    ):
+        return node.apply(inputs)  # the common case: no hooks, no anomaly checks
     for i, hooks in node._tensor_pre_hooks.items():
         for hook in hooks:
             result = hook(inputs[i])

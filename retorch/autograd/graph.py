@@ -36,23 +36,20 @@ class Node:
         "_tensor_pre_hooks",
         "_retains_grad_hooks",
         "input_metadata",
-        "metadata",
         "_trace",
         "__dict__",
     )
 
+    _EMPTY: dict = {}
+
     def __init__(self, next_functions: tuple = (), sequence_nr: int | None = None) -> None:
         self.next_functions = next_functions
         self._sequence_nr = next(_sequence_nr) if sequence_nr is None else sequence_nr
-        self._pre_hooks: list[Callable] = []
-        self._post_hooks: list[Callable] = []
-        self._tensor_pre_hooks: dict[int, list[Callable]] = {}
-        self._retains_grad_hooks: dict[int, Callable] = {}
-        self.input_metadata: list[
-            tuple
-        ] = []  # shape of each forward output this node receives grads for
-        self.metadata: dict = {}
-        self._trace = traceback.format_stack()[:-3] if anomaly_mode.is_anomaly_enabled() else None
+        # Hook containers are shared empty ones until a hook is registered: most nodes have none.
+        self._pre_hooks = self._post_hooks = ()
+        self._tensor_pre_hooks = self._retains_grad_hooks = Node._EMPTY
+        self.input_metadata: list[tuple] = []  # the shapes of the gradients this node receives
+        self._trace = traceback.format_stack()[:-3] if anomaly_mode._enabled else None
 
     def name(self) -> str:
         return type(self).__name__
@@ -60,15 +57,29 @@ class Node:
     def apply(self, grads: list) -> tuple:
         raise NotImplementedError
 
+    @property
+    def metadata(self) -> dict:
+        return self.__dict__.setdefault("_metadata", {})
+
     def register_hook(self, fn: Callable) -> Callable:
         """``fn(grad_inputs, grad_outputs)`` runs after this node; may return new grad_inputs."""
-        self._post_hooks.append(fn)
+        self._post_hooks = (*self._post_hooks, fn)
         return fn
 
     def register_prehook(self, fn: Callable) -> Callable:
         """``fn(grad_outputs)`` runs before this node; may return new grad_outputs."""
-        self._pre_hooks.append(fn)
+        self._pre_hooks = (*self._pre_hooks, fn)
         return fn
+
+    def _add_tensor_pre_hook(self, output_nr: int, fn: Callable) -> None:
+        if self._tensor_pre_hooks is Node._EMPTY:
+            self._tensor_pre_hooks = {}
+        self._tensor_pre_hooks.setdefault(output_nr, []).append(fn)
+
+    def _set_retains_grad_hook(self, output_nr: int, fn: Callable) -> None:
+        if self._retains_grad_hooks is Node._EMPTY:
+            self._retains_grad_hooks = {}
+        self._retains_grad_hooks[output_nr] = fn
 
     def release_variables(self) -> None:
         for value in self.__dict__.values():

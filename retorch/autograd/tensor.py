@@ -14,6 +14,8 @@ from . import _ops, grad_mode
 from .derivatives import FORMULAS
 from .graph import AccumulateGrad, Edge, Node, SavedVariable
 
+_NO_HOOKS: list = []
+
 
 class _VersionCounter:
     """Shared by a tensor and its views: an in-place change to either bumps both."""
@@ -69,7 +71,7 @@ class Tensor:
         self.grad_fn = grad_fn
         self._output_nr = 0
         self._version_counter = _VersionCounter()
-        self._hooks: list[Callable] = []
+        self._hooks: list[Callable] = _NO_HOOKS
         self._accumulator: AccumulateGrad | None = None
         self._retains_grad = False
 
@@ -137,9 +139,9 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is None:
-            self._hooks.append(hook)
+            self._hooks = [*self._hooks, hook]
         else:
-            self.grad_fn._tensor_pre_hooks.setdefault(self._output_nr, []).append(hook)
+            self.grad_fn._add_tensor_pre_hook(self._output_nr, hook)
         return hook
 
     def retain_grad(self) -> None:
@@ -152,7 +154,7 @@ class Tensor:
         def store(grad):
             self.grad = grad.detach() if self.grad is None else self.grad + grad.detach()
 
-        self.grad_fn._retains_grad_hooks[self._output_nr] = store
+        self.grad_fn._set_retains_grad_hook(self._output_nr, store)
         self._retains_grad = True
 
     def backward(
@@ -181,13 +183,18 @@ class Tensor:
         **attrs: Any,
     ) -> Tensor:
         """Wrap an op's result; if grad mode is on and an input needs grad, add its node to the graph."""
-        needs = grad_mode._enabled and any(t.requires_grad for t in inputs)
-        if not needs:
+        if not grad_mode._enabled:
             return Tensor(data)
-        node = NODE_CLASSES[op](tuple(t._gradient_edge() for t in inputs))
-        node.input_metadata = [tuple(data.shape)]  # the shape of the gradient this node receives
-        for name, tensor in (save or {}).items():
-            setattr(node, name, SavedVariable(tensor))
+        for t in inputs:
+            if t.requires_grad:
+                break
+        else:
+            return Tensor(data)
+        node = NODE_CLASSES[op](tuple([t._gradient_edge() for t in inputs]))
+        node.input_metadata = [data.shape]  # the shape of the gradient this node receives
+        if save:
+            for name, tensor in save.items():
+                setattr(node, name, SavedVariable(tensor))
         for name, value in attrs.items():
             setattr(node, name, value)
         out = Tensor(data, grad_fn=node)
@@ -410,7 +417,7 @@ class Tensor:
         )
 
     def t(self) -> Tensor:
-        return self.transpose(0, 1)
+        return self._view_of(Tensor._record("t", _ops.transpose(self.data, 0, 1), (self,)))
 
     def permute(self, *dims) -> Tensor:
         dims = tuple(d % self.dim() for d in _shape_args(dims))
@@ -422,7 +429,7 @@ class Tensor:
         sizes = _shape_args(sizes)
         return self._view_of(
             Tensor._record(
-                "expand", _ops.expand(self.data, *sizes), (self,), self_sizes=tuple(self.shape)
+                "expand", _ops.expand(self.data, sizes), (self,), self_sizes=tuple(self.shape)
             )
         )
 
