@@ -290,7 +290,7 @@ def test_accumulation_and_retain_graph():
 
 def test_hooks_retain_grad_and_node_hooks():
     log = {"ours": [], "torch": []}
-    for key, (x, is_ours) in {
+    for key, (x, _) in {
         "ours": (ra.tensor(torch.ones(3, dtype=F64), requires_grad=True), True),
         "torch": (torch.ones(3, dtype=F64, requires_grad=True), False),
     }.items():

@@ -17,11 +17,20 @@ def _saved(node, name):
     return getattr(node, name).unpack()
 
 
+def _needs(node, i) -> bool:
+    """Whether forward input ``i`` wants a gradient (torch's ``should_compute_output``)."""
+    return node.next_functions[i] is not None
+
+
 def _add(node, g):
+    if not _needs(node, 1):
+        return g, None
     return g, g * node.alpha if node.alpha != 1 else g
 
 
 def _sub(node, g):
+    if not _needs(node, 1):
+        return g, None
     return g, -g * node.alpha if node.alpha != 1 else -g
 
 
@@ -31,12 +40,12 @@ def _rsub(node, g):
 
 def _mul(node, g):
     a, b = _saved(node, "self_"), _saved(node, "other")
-    return g * b, g * a
+    return g * b if _needs(node, 0) else None, g * a if _needs(node, 1) else None
 
 
 def _div(node, g):
     a, b = _saved(node, "self_"), _saved(node, "other")
-    return g / b, -g * a / (b * b)
+    return g / b if _needs(node, 0) else None, -g * a / (b * b) if _needs(node, 1) else None
 
 
 def _neg(node, g):
@@ -159,7 +168,10 @@ def _index(node, g):
 
 def _mm(node, g):
     a, b = _saved(node, "self_"), _saved(node, "mat2")
-    return g.matmul(b.transpose(0, 1)), a.transpose(0, 1).matmul(g)
+    return (
+        g.matmul(b.transpose(0, 1)) if _needs(node, 0) else None,
+        a.transpose(0, 1).matmul(g) if _needs(node, 1) else None,
+    )
 
 
 def _mv(node, g):
