@@ -2,11 +2,14 @@
 
 Two shapes of graph over tiny tensors (so the arithmetic is negligible and the bookkeeping
 is what is measured): a chain ``y = y * c`` and a balanced binary tree of additions. Forward
-time is graph building (one node per op); backward time is the engine walking it.
+time is graph building (one node per op); backward time is the engine walking it. Our nodes
+are Python objects, so Python's cyclic garbage collector scans them as the graph grows;
+"retorch, gc paused" measures the same code with the collector off, to show that share.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 
@@ -57,14 +60,19 @@ def run(quick: bool = False) -> dict:
                 ),
                 "torch": (torch.ones(4, requires_grad=True), torch.full((4,), 1.0001)),
             }
-            for name, (x, c) in libs.items():
+            for name, (x, c) in [*libs.items(), ("retorch, gc paused", libs["retorch"])]:
                 build = (
                     (lambda x=x, c=c: _chain(x, c, n))
                     if shape == "chain"
                     else (lambda x=x: _tree(x, n))
                 )
                 build().backward()  # warm up
-                fwd, bwd = _measure(build, repeats)
+                if name.endswith("gc paused"):
+                    gc.disable()
+                try:
+                    fwd, bwd = _measure(build, repeats)
+                finally:
+                    gc.enable()
                 nodes = n + 1 if shape == "chain" else n
                 rows.append(
                     {"case": f"{shape} {n:,} fwd", "impl": name, "value": fwd / nodes * 1e6}
