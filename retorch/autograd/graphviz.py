@@ -7,7 +7,7 @@ the walk, so the drawing is the same on every run.
 
 from __future__ import annotations
 
-from .graph import AccumulateGrad
+from .graph import AccumulateGrad, Node
 
 
 def make_dot(var, params: dict | None = None):
@@ -61,15 +61,18 @@ def make_dot(var, params: dict | None = None):
 
 
 def graph_names(var) -> list[str]:
-    """Names of all nodes reachable from ``var.grad_fn``, each once, in walk order."""
+    """Names of all nodes reachable from ``var.grad_fn``, each once, in walk order.
+
+    Works on a retorch Tensor or a torch tensor, so the two graphs can be compared.
+    """
     out, seen, stack = [], set(), [var.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is None or fn in seen:
             continue
         seen.add(fn)
-        out.append(fn.name())
-        stack.extend(e.function for e in reversed(fn.next_functions) if e is not None)
+        out.append(fn.name() if isinstance(fn, Node) else type(fn).__name__)
+        stack.extend(e[0] for e in reversed(fn.next_functions) if e is not None and e[0] is not None)
     return out
 
 
