@@ -72,7 +72,9 @@ def graph_names(var) -> list[str]:
             continue
         seen.add(fn)
         out.append(fn.name() if isinstance(fn, Node) else type(fn).__name__)
-        stack.extend(e[0] for e in reversed(fn.next_functions) if e is not None and e[0] is not None)
+        stack.extend(
+            e[0] for e in reversed(fn.next_functions) if e is not None and e[0] is not None
+        )
     return out
 
 
