@@ -34,6 +34,7 @@ isnan = torch.isnan
 
 # reductions and linear algebra
 sum = torch.sum
+mean = torch.mean
 amax = torch.amax
 max = torch.max
 mm = torch.mm
@@ -101,6 +102,19 @@ def scatter_into_zeros(shape, like: Array, key, src: Array) -> Array:
     out = torch.zeros(shape, dtype=like.dtype, device=like.device)
     out[key] = src
     return out
+
+
+def any_nan(x: Array) -> bool:
+    return bool(torch.isnan(x).any())
+
+
+def is_contiguous(x: Array) -> bool:
+    return x.is_contiguous()
+
+
+def scatter_value(shape, like: Array, dim: int, index: Array, value: float) -> Array:
+    """Zeros of ``shape`` with ``value`` at ``index`` along ``dim`` (one-hot gradients)."""
+    return torch.zeros(shape, dtype=like.dtype, device=like.device).scatter(dim, index, value)
 
 
 def numel(x: Array) -> int:

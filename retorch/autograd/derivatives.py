@@ -121,7 +121,7 @@ def _max_dim(node, g):
         g, indices = g.unsqueeze(node.dim), indices.unsqueeze(node.dim)
     from .tensor import Tensor
 
-    one_hot = Tensor(_ops.zeros(node.self_sizes, g.data).scatter(node.dim, indices, 1.0))
+    one_hot = Tensor(_ops.scatter_value(node.self_sizes, g.data, node.dim, indices, 1.0))
     return (one_hot * g,)
 
 
@@ -203,7 +203,9 @@ def _nll_loss(node, g):
     from .tensor import Tensor
 
     n, c = node.self_sizes
-    one_hot = Tensor(_ops.zeros((n, c), g.data).scatter(1, node.target.unsqueeze(1), -1.0 / n))
+    one_hot = Tensor(
+        _ops.scatter_value((n, c), g.data, 1, _ops.unsqueeze(node.target, 1), -1.0 / n)
+    )
     return (one_hot * g,)
 
 

@@ -18,7 +18,7 @@ import heapq
 import warnings
 from typing import Sequence
 
-from . import anomaly_mode, grad_mode
+from . import _ops, anomaly_mode, grad_mode
 from .graph import AccumulateGrad, Node
 from .tensor import Tensor
 
@@ -94,7 +94,7 @@ def _call_function(node: Node, inputs: list) -> tuple:
             outputs = result
     if anomaly_mode.is_anomaly_enabled():
         for i, out in enumerate(outputs):
-            if out is not None and bool(out.data.isnan().any()):
+            if out is not None and _ops.any_nan(out.data):
                 if node._trace:
                     warnings.warn(
                         f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n"
@@ -132,7 +132,7 @@ def run_backward(
         if grad is None:
             if out.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            grad = Tensor(out.data.new_ones(out.shape))
+            grad = Tensor(_ops.ones_like(out.data))
         elif not isinstance(grad, Tensor):
             grad = Tensor(grad)
         roots.append(edge)
@@ -217,7 +217,7 @@ def run_backward(
 
 def _zeros(shape, like):
     sample = next(g for g in like if g is not None)
-    return sample.data.new_zeros(shape)
+    return _ops.zeros(shape, sample.data)
 
 
 def backward(

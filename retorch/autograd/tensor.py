@@ -350,7 +350,11 @@ class Tensor:
     def mean(self, dim=None, keepdim: bool = False) -> Tensor:
         if dim is None:
             return Tensor._record(
-                "mean", self.data.mean(), (self,), self_sizes=tuple(self.shape), numel=self.numel()
+                "mean",
+                _ops.mean(self.data),
+                (self,),
+                self_sizes=tuple(self.shape),
+                numel=self.numel(),
             )
         dims = _normalize_dims(dim, self.dim())
         count = 1
@@ -358,7 +362,7 @@ class Tensor:
             count *= self.shape[d]
         return Tensor._record(
             "mean_dim",
-            self.data.mean(dim=dims, keepdim=keepdim),
+            _ops.mean(self.data, dim=dims, keepdim=keepdim),
             (self,),
             self_sizes=tuple(self.shape),
             dim=dims,
@@ -402,7 +406,7 @@ class Tensor:
 
     def reshape(self, *shape) -> Tensor:
         shape = _shape_args(shape)
-        if self.data.is_contiguous():  # reshape is a view when it can be, a copy when it must
+        if _ops.is_contiguous(self.data):  # reshape is a view when it can be, a copy when it must
             return self.view(*shape)
         copy = Tensor._record("clone", _ops.clone(self.data), (self,))
         return Tensor._record(
