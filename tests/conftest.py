@@ -4,8 +4,14 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# Under CI (CI=true) the examples are drawn from a fixed seed, so a submission's CI run tests
+# exactly what its author ran; without it, every run draws fresh examples.
 settings.register_profile(
-    "ci", deadline=None, max_examples=30, suppress_health_check=[HealthCheck.too_slow]
+    "ci",
+    deadline=None,
+    max_examples=30,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=bool(os.environ.get("CI")),
 )
 settings.register_profile("dev", deadline=None, max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
