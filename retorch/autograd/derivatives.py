@@ -19,7 +19,7 @@ def _saved(node, name):
 
 def _needs(node, i) -> bool:
     """Whether forward input ``i`` wants a gradient (torch's ``should_compute_output``)."""
-    return node.next_functions[i] is not None
+    return node.next_functions[i].function is not None
 
 
 def _add(node, g):

@@ -34,9 +34,9 @@ def compute_dependencies(roots: Sequence[Node]) -> dict[Node, int]:
     while stack:
         node = stack.pop()
         for edge in node.next_functions:
-            if edge is None:
-                continue
             nxt = edge.function
+            if nxt is None:
+                continue
             dependencies[nxt] = dependencies.get(nxt, 0) + 1
             if nxt not in seen:
                 seen.add(nxt)
@@ -51,13 +51,17 @@ def _needed_nodes(roots, targets) -> set[Node]:
     def visit(node) -> bool:
         if node not in leads:
             leads[node] = False  # the graph is a DAG; this only guards repeated visits
-            downstream = [visit(e.function) for e in node.next_functions if e is not None]
+            downstream = [visit(e.function) for e in node.next_functions if e.function is not None]
             leads[node] = node in targets or any(downstream)
         return leads[node]
 
     for root in roots:
         visit(root)
-    return {n for n in leads if any(e is not None and leads[e.function] for e in n.next_functions)}
+    return {
+        n
+        for n in leads
+        if any(e.function is not None and leads[e.function] for e in n.next_functions)
+    }
 
 
 def _sum_to_input(grad: Tensor, shape) -> Tensor:
@@ -191,9 +195,9 @@ def run_backward(
             else:  # nothing arrived: pass nothing on, but still release the nodes waiting on us
                 outputs = (None,) * len(node.next_functions)
             for edge, grad in zip(node.next_functions, outputs):
-                if edge is None:
-                    continue
                 nxt = edge.function
+                if nxt is None:
+                    continue
                 if grad is not None:
                     add_to_buffer(
                         nxt, edge.input_nr, _sum_to_input(grad, nxt.input_metadata[edge.input_nr])

@@ -8,7 +8,7 @@ argument requires grad) records one node, ``MyOpBackward``, whose backward calls
 from __future__ import annotations
 
 from . import grad_mode
-from .graph import Node, SavedVariable
+from .graph import NO_EDGE, Node, SavedVariable
 
 
 class FunctionCtx:
@@ -69,7 +69,9 @@ class Function:
         with grad_mode.no_grad():
             out = cls.forward(ctx, *args)
         if grad_mode.is_grad_enabled() and any(ctx.needs_input_grad):
-            edges = tuple(a._gradient_edge() if isinstance(a, Tensor) else None for a in args)
+            edges = tuple(
+                (a._gradient_edge() if isinstance(a, Tensor) else None) or NO_EDGE for a in args
+            )
             node = BackwardCFunction(cls, ctx, edges)
             node.input_metadata = [tuple(out.shape)]
             out = Tensor(out.data, grad_fn=node)

@@ -25,6 +25,10 @@ class Edge(NamedTuple):
     input_nr: int
 
 
+#: The edge of an input that needs no gradient: torch shows it as ``(None, 0)`` too.
+NO_EDGE = Edge(None, 0)
+
+
 class Node:
     """A backward function in the graph (``grad_fn``)."""
 

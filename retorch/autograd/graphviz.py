@@ -49,7 +49,7 @@ def make_dot(var, params: dict | None = None):
             dot.edge(node_id(var_), node_id(fn))
         dot.node(node_id(fn), fn.name())
         for edge in fn.next_functions:
-            if edge is not None:
+            if edge.function is not None:
                 dot.edge(node_id(edge.function), node_id(fn))
                 add(edge.function)
 
@@ -72,9 +72,7 @@ def graph_names(var) -> list[str]:
             continue
         seen.add(fn)
         out.append(fn.name() if isinstance(fn, Node) else type(fn).__name__)
-        stack.extend(
-            e[0] for e in reversed(fn.next_functions) if e is not None and e[0] is not None
-        )
+        stack.extend(e[0] for e in reversed(fn.next_functions) if e[0] is not None)
     return out
 
 
@@ -93,7 +91,7 @@ def backward_order(output, torch_output=None) -> tuple[list[str], list[str] | No
             continue
         seen.add(fn)
         fn.register_prehook(lambda grads, fn=fn: ours.append(fn.name()))
-        stack.extend(e.function for e in fn.next_functions if e is not None)
+        stack.extend(e.function for e in fn.next_functions if e.function is not None)
     output.backward()
     if torch_output is None:
         return ours, None

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from . import _ops, grad_mode
 from .derivatives import FORMULAS
-from .graph import AccumulateGrad, Edge, Node, SavedVariable
+from .graph import NO_EDGE, AccumulateGrad, Edge, Node, SavedVariable
 
 _NO_HOOKS: list = []
 
@@ -190,7 +190,7 @@ class Tensor:
                 break
         else:
             return Tensor(data)
-        node = NODE_CLASSES[op](tuple([t._gradient_edge() for t in inputs]))
+        node = NODE_CLASSES[op](tuple([t._gradient_edge() or NO_EDGE for t in inputs]))
         node.input_metadata = [data.shape]  # the shape of the gradient this node receives
         if save:
             for name, tensor in save.items():
@@ -214,7 +214,7 @@ class Tensor:
         inputs = (self,) if other is None else (self, other)
         needs = grad_mode._enabled and any(t.requires_grad for t in inputs)
         if needs:
-            node = NODE_CLASSES[op](tuple(t._gradient_edge() for t in inputs))
+            node = NODE_CLASSES[op](tuple(t._gradient_edge() or NO_EDGE for t in inputs))
             node.input_metadata = [tuple(self.shape)]
             for name, value in attrs.items():
                 setattr(node, name, value)
