@@ -18,6 +18,7 @@ from pathlib import Path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tools.course import colab_url  # noqa: E402
@@ -62,6 +63,8 @@ def main(root: str) -> int:
         driver = browser(profile)
         try:
             driver.get((html / "index.html").as_uri())
+            # index.html is a redirect to the root page: wait until the real page has its sidebar.
+            WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "nav a"))
             title = driver.title
             links = {
                 a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "nav a")
