@@ -3,7 +3,8 @@
 The dataset is deliberately slow: each sample sleeps 2 ms, standing in for decoding or
 augmentation. With workers, loading overlaps across processes, so throughput grows with the
 worker count until the cores (2 here) are used; starting the workers costs a fixed amount per
-epoch.
+epoch. Each value is the median over repeated full epochs (worker start-up included), the two
+loaders taking turns.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class SlowDataset:
         return torch.full((16,), float(i))
 
 
-def _epoch(lib, dataset, workers) -> float:
+def _epoch_seconds(lib, dataset, workers: int) -> float:
     t0 = time.perf_counter()
     for _ in lib.DataLoader(dataset, batch_size=16, num_workers=workers):
         pass
@@ -38,18 +39,22 @@ def _epoch(lib, dataset, workers) -> float:
 
 def run(quick: bool = False) -> dict:
     dataset = SlowDataset(64 if quick else 256)
+    repeats = 1 if quick else 5
+    libs = {"retorch": rd, "torch": td}
     rows = []
     for workers in (0, 1, 2):
-        samples = {"retorch": [], "torch": []}
-        for _ in range(1 if quick else 3):
-            for name, lib in (("retorch", rd), ("torch", td)):
-                samples[name].append(_epoch(lib, dataset, workers))
-        for name, times in samples.items():
+        for lib in libs.values():  # warm-up: imports, first fork, allocator
+            _epoch_seconds(lib, dataset, workers)
+        times = {name: [] for name in libs}
+        for _ in range(repeats):
+            for name, lib in libs.items():
+                times[name].append(_epoch_seconds(lib, dataset, workers))
+        for name, seconds in times.items():
             rows.append(
                 {
                     "case": f"{workers} workers",
                     "impl": name,
-                    "value": len(dataset) / statistics.median(times),
+                    "value": len(dataset) / statistics.median(seconds),
                 }
             )
     return {

@@ -1,19 +1,29 @@
-"""retorch.optim against torch.optim: same steps, same state_dicts, same errors."""
+"""retorch.optim against torch.optim: same steps, same state_dicts, same errors.
+
+The loop and foreach optimizers must match torch's bit for bit (``torch.equal``): they issue
+the same float32 operations in the same order. The fused Numba kernels round differently
+(as torch's own fused kernels do) and are compared within a tolerance.
+"""
 
 from __future__ import annotations
 
 import copy
 import inspect
 
-import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retorch.optim as ro
 from retorch.nn.utils import clip_grad_norm_
 from retorch.optim import _fused
+from retorch.optim.adam import _fused_adam_cuda
+
+# Measured for fused Numba Adam/AdamW, all flag combinations: after 20 steps on ~200K
+# parameters of size up to ~4, at most 1.1e-6 from torch's fused and from its loop (torch's
+# fused is itself up to 4.8e-7 from its loop); after 100 steps of the test MLP, below 1e-7.
+FUSED_TOL = dict(rtol=2e-6, atol=2e-6)
 
 
 def _model():
@@ -21,28 +31,42 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
 
 
-def _train(make_opt, model, steps, frozen=()):
+def _train(make_opt, model, steps, frozen=(), set_to_none=True):
+    """``steps`` optimizer steps on fixed random batches; ``frozen[i]`` gets no grad at odd steps."""
     opt = make_opt(model)
+    params = list(model.parameters())
     torch.manual_seed(1)
-    losses = []
-    for _ in range(steps):
+    for step in range(steps):
         x = torch.randn(4, 5)
-        opt.zero_grad()
-        loss = model(x).pow(2).sum()
-        loss.backward()
-        for i in frozen:  # parameters that got no gradient this step
-            list(model.parameters())[i].grad = None
+        opt.zero_grad(set_to_none=set_to_none)
+        model(x).pow(2).sum().backward()
+        if step % 2:
+            for i in frozen:
+                params[i].grad = None
         opt.step()
-        losses.append(loss.item())
-    return opt, losses
+    return opt
 
 
-def _assert_same_params(a, b, exact=True, atol=0.0):
-    for x, y in zip(a.parameters(), b.parameters()):
-        if exact:
-            assert torch.equal(x, y)
-        else:
-            torch.testing.assert_close(x, y, rtol=0, atol=atol)
+def _assert_same_params(a, b):
+    for x, y in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(x, y)
+
+
+def _assert_close_params(a, b, **tol):
+    for x, y in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(x, y, **tol)
+
+
+def _both(name, options, steps, **train_kw):
+    """Train two copies of the model with retorch's and torch's optimizer ``name``."""
+    ours, theirs = _model(), _model()
+    our_opt = _train(
+        lambda m: getattr(ro, name)(m.parameters(), **options), ours, steps, **train_kw
+    )
+    their_opt = _train(
+        lambda m: getattr(torch.optim, name)(m.parameters(), **options), theirs, steps, **train_kw
+    )
+    return ours, theirs, our_opt, their_opt
 
 
 sgd_options = st.fixed_dictionaries(
@@ -53,112 +77,137 @@ sgd_options = st.fixed_dictionaries(
         "weight_decay": st.sampled_from([0.0, 0.05]),
         "nesterov": st.booleans(),
         "maximize": st.booleans(),
-        "foreach": st.sampled_from([False, True]),
+        "foreach": st.sampled_from([None, False, True]),
     }
 ).filter(lambda o: not o["nesterov"] or (o["momentum"] > 0 and o["dampening"] == 0))
 
 adam_options = st.fixed_dictionaries(
     {
         "lr": st.sampled_from([1e-3, 1e-2]),
-        "betas": st.sampled_from([(0.9, 0.999), (0.8, 0.99)]),
+        "betas": st.sampled_from([(0.9, 0.999), (0.8, 0.99), (0.5, 0.9)]),
+        "eps": st.sampled_from([1e-8, 1e-3]),
         "weight_decay": st.sampled_from([0.0, 0.1]),
         "amsgrad": st.booleans(),
         "maximize": st.booleans(),
-        "foreach": st.sampled_from([False, True]),
+        "foreach": st.sampled_from([None, False, True]),
     }
 )
 
 
-@given(sgd_options)
-def test_sgd_matches_torch_bit_for_bit(options):
-    ours, theirs = _model(), _model()
-    _train(lambda m: ro.SGD(m.parameters(), **options), ours, 12)
-    _train(lambda m: torch.optim.SGD(m.parameters(), **options), theirs, 12)
+@settings(max_examples=20)
+@given(sgd_options, st.booleans())
+def test_sgd_matches_torch_bit_for_bit(options, set_to_none):
+    ours, theirs, _, _ = _both("SGD", options, 8, frozen=(1,), set_to_none=set_to_none)
     _assert_same_params(ours, theirs)
 
 
-@given(adam_options, st.sampled_from(["Adam", "AdamW"]))
-def test_adam_and_adamw_match_torch_bit_for_bit(options, name):
-    ours, theirs = _model(), _model()
-    _train(lambda m: getattr(ro, name)(m.parameters(), **options), ours, 12)
-    _train(lambda m: getattr(torch.optim, name)(m.parameters(), **options), theirs, 12)
+@settings(max_examples=20)
+@given(adam_options, st.sampled_from(["Adam", "AdamW"]), st.booleans())
+def test_adam_and_adamw_match_torch_bit_for_bit(options, name, decoupled):
+    if name == "Adam":
+        options = dict(options, decoupled_weight_decay=decoupled)
+    ours, theirs, _, _ = _both(name, options, 8, frozen=(1,))
     _assert_same_params(ours, theirs)
-
-
-@pytest.mark.parametrize("name", ["Adam", "AdamW"])
-@pytest.mark.parametrize("amsgrad", [False, True])
-def test_fused_numba_step_within_tolerance_of_torch_fused(name, amsgrad):
-    ours, fused, loop = _model(), _model(), _model()
-    kw = dict(lr=1e-2, weight_decay=0.1, amsgrad=amsgrad)
-    _train(lambda m: getattr(ro, name)(m.parameters(), fused=True, **kw), ours, 50)
-    _train(lambda m: getattr(torch.optim, name)(m.parameters(), fused=True, **kw), fused, 50)
-    _train(lambda m: getattr(torch.optim, name)(m.parameters(), **kw), loop, 50)
-    _assert_same_params(ours, fused, exact=False, atol=1e-6)
-    _assert_same_params(ours, loop, exact=False, atol=1e-6)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("amsgrad", [False, True])
-@pytest.mark.parametrize("adamw", [False, True])
-def test_cuda_kernel_under_the_simulator_matches_torch_adam(amsgrad, adamw):
-    torch.manual_seed(0)
-    p = torch.randn(700)
-    grads = [torch.randn(700) for _ in range(3)]
-    ref = p.clone().requires_grad_()
-    opt = (torch.optim.AdamW if adamw else torch.optim.Adam)(
-        [ref], lr=0.01, weight_decay=0.1, amsgrad=amsgrad
-    )
-    m, v, vmax = np.zeros(700, np.float32), np.zeros(700, np.float32), np.zeros(700, np.float32)
-    ours = p.numpy().copy()
-    for step, g in enumerate(grads, 1):
-        ref.grad = g.clone()
-        opt.step()
-        _fused.adam_step_cuda(
-            ours,
-            g.numpy(),
-            m,
-            v,
-            vmax,
-            step=step,
-            lr=0.01,
-            beta1=0.9,
-            beta2=0.999,
-            eps=1e-8,
-            weight_decay=0.1,
-            amsgrad=amsgrad,
-            maximize=False,
-            adamw=adamw,
-        )
-    torch.testing.assert_close(torch.from_numpy(ours), ref.detach(), rtol=0, atol=1e-6)
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+        ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.5, weight_decay=0.1)),
+        ("Adam", dict(lr=1e-2, amsgrad=True, weight_decay=0.1)),
+        ("AdamW", dict(lr=1e-2, betas=(0.8, 0.99), maximize=True)),
+    ],
+)
+@pytest.mark.parametrize("foreach", [False, True])
+def test_hundred_steps_bit_for_bit(name, options, foreach):
+    ours, theirs, _, _ = _both(name, dict(options, foreach=foreach), 100)
+    _assert_same_params(ours, theirs)
 
 
-def test_param_groups_frozen_params_and_closure():
-    def groups(m):
-        return [
-            {"params": m[0].parameters(), "lr": 0.05},
-            {"params": m[2].parameters(), "momentum": 0.9},
-        ]
+@pytest.mark.parametrize("lib", [ro, torch.optim], ids=["retorch", "torch"])
+def test_loop_and_foreach_take_the_same_steps(lib):
+    loop, foreach = _model(), _model()
+    _train(lambda m: lib.Adam(m.parameters(), lr=0.01, amsgrad=True, foreach=False), loop, 10)
+    _train(lambda m: lib.Adam(m.parameters(), lr=0.01, amsgrad=True, foreach=True), foreach, 10)
+    _assert_same_params(loop, foreach)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_param_groups_with_their_own_options(name, foreach):
+    def groups(lib):
+        def make(m):
+            return getattr(lib, name)(
+                [
+                    {"params": m[0].parameters(), "lr": 0.05, "weight_decay": 0.1},
+                    {"params": m[2].parameters(), "maximize": True},
+                ],
+                lr=0.01,
+                foreach=foreach,
+                **({"momentum": 0.9} if name == "SGD" else {}),
+            )
+
+        return make
 
     ours, theirs = _model(), _model()
-    _train(lambda m: ro.SGD(groups(m), lr=0.01), ours, 8, frozen=(1,))
-    _train(lambda m: torch.optim.SGD(groups(m), lr=0.01), theirs, 8, frozen=(1,))
+    our_opt = _train(groups(ro), ours, 10, frozen=(0, 3))
+    their_opt = _train(groups(torch.optim), theirs, 10, frozen=(0, 3))
     _assert_same_params(ours, theirs)
+    assert [g["lr"] for g in our_opt.param_groups] == [0.05, 0.01]
+    assert repr(our_opt) == repr(their_opt)
+
+
+def test_parameters_that_never_get_a_gradient_are_left_alone():
+    m = _model()
+    frozen = m[2].bias
+    frozen.requires_grad_(False)
+    before = frozen.clone()
+    opt = _train(lambda m: ro.Adam(m.parameters(), lr=0.1, weight_decay=0.1), m, 3)
+    assert torch.equal(frozen, before)
+    assert frozen not in opt.state  # no state is created for it
+
+
+def test_step_evaluates_the_closure_with_grad_enabled_and_returns_its_loss():
     for lib in (ro, torch.optim):
         m = _model()
-        opt = lib.Adam(m.parameters())
-        calls = []
+        opt = lib.SGD(m.parameters(), lr=0.1)
+        seen = []
 
         def closure():
-            calls.append(torch.is_grad_enabled())
+            seen.append(torch.is_grad_enabled())
             opt.zero_grad()
             loss = m(torch.ones(1, 5)).sum()
             loss.backward()
             return loss
 
         with torch.no_grad():
-            before = m(torch.ones(1, 5)).sum()
-        assert torch.equal(opt.step(closure), before)  # step returns the closure's loss
-        assert calls == [True]
+            expected = m(torch.ones(1, 5)).sum()
+            assert torch.equal(opt.step(closure), expected)
+        assert seen == [True]
+        assert opt.step() is None
+
+
+def test_named_parameters_keep_their_names_in_the_state_dict():
+    ours, theirs = _model(), _model()
+    our_sd = ro.SGD(ours.named_parameters(), lr=0.1).state_dict()
+    their_sd = torch.optim.SGD(theirs.named_parameters(), lr=0.1).state_dict()
+    assert our_sd == their_sd
+    assert our_sd["param_groups"][0]["param_names"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def _assert_same_state_dict(ours: dict, theirs: dict):
+    """Same format: equal param_groups; same state keys; tensors equal in value, dtype, device."""
+    assert ours["param_groups"] == theirs["param_groups"]
+    assert ours["state"].keys() == theirs["state"].keys()
+    for k in theirs["state"]:
+        assert ours["state"][k].keys() == theirs["state"][k].keys()
+        for key, t in theirs["state"][k].items():
+            o = ours["state"][k][key]
+            assert (o.dtype, o.shape, o.device) == (t.dtype, t.shape, t.device), key
+            if key == "step":
+                assert torch.equal(o, t)
 
 
 @pytest.mark.parametrize(
@@ -166,16 +215,20 @@ def test_param_groups_frozen_params_and_closure():
     [
         ("SGD", dict(lr=0.1, momentum=0.9)),
         ("Adam", dict(lr=0.01, amsgrad=True)),
-        ("AdamW", dict(lr=0.01)),
+        ("AdamW", dict(lr=0.01, foreach=True)),
+        ("Adam", dict(lr=0.01, fused=True)),
     ],
 )
-def test_state_dict_carries_across_libraries_mid_training(name, kw):
+def test_state_dict_format_and_round_trip_across_libraries(name, kw):
+    """Save from torch mid-training, continue in retorch, save again, continue in torch."""
+    exact = not kw.get("fused")
     reference = _model()
-    ref_opt, _ = _train(lambda m: getattr(torch.optim, name)(m.parameters(), **kw), reference, 10)
+    ref_opt = _train(lambda m: getattr(torch.optim, name)(m.parameters(), **kw), reference, 6)
     ours = copy.deepcopy(reference)
     our_opt = getattr(ro, name)(ours.parameters(), **kw)
     our_opt.load_state_dict(copy.deepcopy(ref_opt.state_dict()))
-    assert str(our_opt.state_dict()["param_groups"]) == str(ref_opt.state_dict()["param_groups"])
+    _assert_same_state_dict(our_opt.state_dict(), ref_opt.state_dict())
+
     torch.manual_seed(5)
     for _ in range(5):  # the same continuation on both sides
         x = torch.randn(4, 5)
@@ -183,28 +236,52 @@ def test_state_dict_carries_across_libraries_mid_training(name, kw):
             o.zero_grad()
             m(x).pow(2).sum().backward()
             o.step()
-    _assert_same_params(ours, reference)
-    back = getattr(torch.optim, name)(reference.parameters(), **kw)
-    back.load_state_dict(copy.deepcopy(our_opt.state_dict()))
-    for k, v in back.state_dict()["state"].items():
-        for key, t in v.items():
-            assert torch.equal(t, our_opt.state_dict()["state"][k][key])
+    _assert_same_state_dict(our_opt.state_dict(), ref_opt.state_dict())
+    if exact:
+        _assert_same_params(ours, reference)
+    else:
+        _assert_close_params(ours, reference, **FUSED_TOL)
+
+    back = copy.deepcopy(ours)
+    back_opt = getattr(torch.optim, name)(back.parameters(), **kw)
+    back_opt.load_state_dict(copy.deepcopy(our_opt.state_dict()))
+    torch.manual_seed(6)
+    for _ in range(3):
+        x = torch.randn(4, 5)
+        for m, o in ((back, back_opt), (ours, our_opt)):
+            o.zero_grad()
+            m(x).pow(2).sum().backward()
+            o.step()
+    if exact:
+        _assert_same_params(ours, back)
+    else:
+        _assert_close_params(ours, back, **FUSED_TOL)
 
 
-def test_repr_and_signatures_match_torch():
-    for name in ["SGD", "Adam", "AdamW"]:
-        ours = [
-            (p.name, p.default) for p in inspect.signature(getattr(ro, name)).parameters.values()
-        ]
-        theirs = [
-            (p.name, p.default)
-            for p in inspect.signature(getattr(torch.optim, name)).parameters.values()
-        ]
-        assert ours == theirs, name
+def test_load_state_dict_errors_match():
     m = _model()
-    assert repr(ro.SGD(m.parameters(), lr=0.1, momentum=0.9)) == repr(
-        torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    )
+    for lib in (ro, torch.optim):
+        opt = lib.SGD(m.parameters(), lr=0.1)
+        two_groups = lib.SGD([{"params": m[0].parameters()}, {"params": m[2].parameters()}], lr=0.1)
+        with pytest.raises(ValueError, match="different number of parameter groups"):
+            opt.load_state_dict(two_groups.state_dict())
+        smaller = lib.SGD(m[0].parameters(), lr=0.1)
+        with pytest.raises(ValueError, match="doesn't match the size of optimizer's group"):
+            smaller.load_state_dict(opt.state_dict())
+
+
+def test_signatures_and_repr_match_torch():
+    for name in ["SGD", "Adam", "AdamW"]:
+        ours = inspect.signature(getattr(ro, name))
+        theirs = inspect.signature(getattr(torch.optim, name))
+        assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == [
+            (p.name, p.kind, p.default) for p in theirs.parameters.values()
+        ], name
+    for name, kw in [("SGD", dict(lr=0.1, momentum=0.9)), ("AdamW", dict(amsgrad=True))]:
+        m = _model()
+        assert repr(getattr(ro, name)(m.parameters(), **kw)) == repr(
+            getattr(torch.optim, name)(m.parameters(), **kw)
+        )
 
 
 @pytest.mark.parametrize(
@@ -214,6 +291,7 @@ def test_repr_and_signatures_match_torch():
         ("SGD", dict(momentum=-0.5)),
         ("SGD", dict(weight_decay=-1)),
         ("SGD", dict(nesterov=True)),
+        ("SGD", dict(nesterov=True, momentum=0.9, dampening=0.1)),
         ("Adam", dict(lr=-0.1)),
         ("Adam", dict(betas=(1.0, 0.999))),
         ("Adam", dict(betas=(0.9, -0.1))),
@@ -229,69 +307,171 @@ def test_invalid_arguments_raise_torchs_value_errors(name, kw):
     assert str(ours.value) == str(theirs.value)
 
 
-def test_misuse_errors():
+def test_misuse_raises_torchs_exceptions():
     m = _model()
     for lib in (ro, torch.optim):
         with pytest.raises(ValueError, match="empty parameter list"):
             lib.SGD([], lr=0.1)
-        with pytest.raises(TypeError):
-            lib.SGD(next(m.parameters()), lr=0.1)
+        with pytest.raises(
+            TypeError, match="iterable of Tensors or dicts, but got torch.FloatTensor"
+        ):
+            lib.SGD(m[0].weight, lr=0.1)
+        with pytest.raises(TypeError, match="ordered collections"):
+            lib.SGD([{"params": {m[0].weight}}], lr=0.1)
+        with pytest.raises(TypeError, match="can only optimize Tensors"):
+            lib.SGD([1.0], lr=0.1)
         with pytest.raises(ValueError, match="more than one parameter group"):
             lib.SGD([{"params": m.parameters()}, {"params": m[0].parameters()}], lr=0.1)
         with pytest.raises(ValueError, match="non-leaf"):
             lib.SGD([torch.ones(1, requires_grad=True) * 2], lr=0.1)
+        with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together"):
+            lib.Adam(m.parameters(), fused=True, foreach=True)
+        with pytest.warns(UserWarning, match="duplicate parameters"):
+            lib.SGD([m[0].weight, m[0].weight], lr=0.1)
 
 
-def _schedules(lib, make, steps=40):
-    torch.manual_seed(0)
-    opt = lib.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.5)
-    sched = make(lib.lr_scheduler, opt)
-    lrs = []
-    for _ in range(steps):
+def test_what_retorch_does_not_rebuild_says_so():
+    m = _model()
+    with pytest.raises(NotImplementedError, match="fused kernels for Adam and AdamW only"):
+        ro.SGD(m.parameters(), lr=0.1, fused=True)
+    with pytest.raises(NotImplementedError, match="capturable"):
+        ro.Adam(m.parameters(), capturable=True)
+    opt = ro.Adam([torch.zeros(3, dtype=torch.float64, requires_grad=True)], fused=True)
+    opt.param_groups[0]["params"][0].grad = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="contiguous float32 Tensors on cpu or cuda, but got "):
         opt.step()
-        sched.step()
-        lrs.append(sched.get_last_lr()[0])
-    return lrs
 
 
-SCHEDULERS = {
-    "StepLR": lambda s, o: s.StepLR(o, step_size=7, gamma=0.5),
-    "MultiStepLR": lambda s, o: s.MultiStepLR(o, milestones=[5, 12, 12, 30], gamma=0.3),
-    "LambdaLR": lambda s, o: s.LambdaLR(o, lambda e: 1 / (1 + e)),
-    "LinearLR": lambda s, o: s.LinearLR(o, start_factor=0.1, total_iters=9),
-    "CosineAnnealingLR": lambda s, o: s.CosineAnnealingLR(o, T_max=13, eta_min=0.01),
-    "SequentialLR": lambda s, o: s.SequentialLR(
-        o,
-        [s.LinearLR(o, start_factor=0.2, total_iters=5), s.CosineAnnealingLR(o, T_max=20)],
-        milestones=[5],
-    ),
-}
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("Adam", dict()),
+        ("AdamW", dict(amsgrad=True, maximize=True)),
+    ],
+)
+def test_fused_numba_step_within_tolerance_of_torch(name, kw):
+    kw = dict(kw, lr=1e-2, weight_decay=0.1)
+    ours, fused, loop = _model(), _model(), _model()
+    # Parameter 1 skips every other step, so the tensors' step counts differ within the group.
+    _train(lambda m: getattr(ro, name)(m.parameters(), fused=True, **kw), ours, 40, frozen=(1,))
+    _train(
+        lambda m: getattr(torch.optim, name)(m.parameters(), fused=True, **kw),
+        fused,
+        40,
+        frozen=(1,),
+    )
+    _train(lambda m: getattr(torch.optim, name)(m.parameters(), **kw), loop, 40, frozen=(1,))
+    _assert_close_params(ours, fused, **FUSED_TOL)
+    _assert_close_params(ours, loop, **FUSED_TOL)
 
 
-@pytest.mark.parametrize("name", list(SCHEDULERS))
-def test_schedulers_match_torch(name):
-    ours = _schedules(ro, SCHEDULERS[name])
-    theirs = _schedules(torch.optim, SCHEDULERS[name])
-    assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15)
+@pytest.mark.slow
+@pytest.mark.parametrize("adamw", [False, True])
+@pytest.mark.parametrize("amsgrad", [False, True])
+@pytest.mark.parametrize("maximize", [False, True])
+def test_fused_numba_step_every_flag_combination(adamw, amsgrad, maximize):
+    """Large tensors too: the kernel cuts them into several chunks of ``_fused.CHUNK``."""
+    torch.manual_seed(0)
+    sizes = (3, _fused.CHUNK * 2 + 5, 1000)
+    ours = [torch.randn(n, requires_grad=True) for n in sizes]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    kw = dict(lr=1e-2, weight_decay=0.1, amsgrad=amsgrad, maximize=maximize, fused=True)
+    cls = "AdamW" if adamw else "Adam"
+    our_opt, their_opt = getattr(ro, cls)(ours, **kw), getattr(torch.optim, cls)(theirs, **kw)
+    for _ in range(100):
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        our_opt.step()
+        their_opt.step()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, **FUSED_TOL)
 
 
-def test_scheduler_errors_match():
-    for lib in (ro, torch.optim):
-        opt = lib.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.5)
-        with pytest.raises(ValueError, match="Starting multiplicative factor"):
-            lib.lr_scheduler.LinearLR(opt, start_factor=0)
-        with pytest.raises(ValueError, match="one more than the number of milestone"):
-            lib.lr_scheduler.SequentialLR(opt, [lib.lr_scheduler.StepLR(opt, 2)], milestones=[3])
+def _run_cuda_kernel_under_simulator(adamw, amsgrad, steps=2):
+    """``_fused_adam_cuda`` on CPU tensors runs the CUDA kernel under Numba's simulator."""
+    torch.manual_seed(0)
+    sizes = (150, 7, 200)
+    ours = [torch.randn(n) for n in sizes]
+    theirs = [p.clone().requires_grad_() for p in ours]
+    kw = dict(lr=0.01, weight_decay=0.1, amsgrad=amsgrad, maximize=True)
+    opt = (torch.optim.AdamW if adamw else torch.optim.Adam)(theirs, fused=True, **kw)
+    state = [[torch.zeros_like(p) for p in ours] for _ in range(3)]
+    counts = [0.0] * len(ours)
+    for step in range(steps):
+        live = [i for i in range(len(ours)) if not (step % 2 and i == 1)]  # 1 skips odd steps
+        grads = [torch.randn_like(p) for p in ours]
+        for i, p in enumerate(theirs):
+            p.grad = grads[i].clone() if i in live else None
+        opt.step()
+        for i in live:
+            counts[i] += 1
+
+        def pick(ts):
+            return [ts[i] for i in live]
+
+        _fused_adam_cuda(
+            pick(ours),
+            pick(grads),
+            *(pick(s) for s in state),
+            steps=pick(counts),
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            adamw=adamw,
+            threads=32,  # every simulated thread costs ~0.1 ms: few threads, many elements each
+            **kw,
+        )
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b.detach(), **FUSED_TOL)
 
 
-@given(max_norm=st.floats(0.01, 10), norm_type=st.sampled_from([1.0, 2.0, 3.0, float("inf")]))
-def test_clip_grad_norm_matches_torch(max_norm, norm_type):
+def test_cuda_kernel_under_the_simulator_matches_torch_fused(monkeypatch):
+    # Small chunks, so that a few hundred elements already span several thread blocks.
+    monkeypatch.setattr(_fused, "CHUNK", 64)
+    _run_cuda_kernel_under_simulator(adamw=True, amsgrad=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adamw", [False, True])
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_cuda_kernel_under_the_simulator_every_mode(monkeypatch, adamw, amsgrad):
+    monkeypatch.setattr(_fused, "CHUNK", 64)
+    _run_cuda_kernel_under_simulator(adamw, amsgrad, steps=4)
+
+
+def test_chunk_table_cuts_tensors_like_multi_tensor_apply(monkeypatch):
+    monkeypatch.setattr(_fused, "CHUNK", 4)
+    tensor, start = _fused.chunk_table([9, 4, 1])
+    assert tensor.tolist() == [0, 0, 0, 1, 2]
+    assert start.tolist() == [0, 4, 8, 0, 0]
+
+
+@given(
+    max_norm=st.floats(0.01, 10),
+    norm_type=st.sampled_from([1.0, 2.0, 3.0, float("inf")]),
+    frozen=st.booleans(),
+)
+def test_clip_grad_norm_matches_torch(max_norm, norm_type, frozen):
     a, b = _model(), _model()
     for m in (a, b):
         torch.manual_seed(3)
         m(torch.randn(3, 5)).sum().backward()
+        if frozen:
+            m[0].bias.grad = None
     na = clip_grad_norm_(a.parameters(), max_norm, norm_type)
     nb = torch.nn.utils.clip_grad_norm_(b.parameters(), max_norm, norm_type)
     assert torch.equal(na, nb)
     for x, y in zip(a.parameters(), b.parameters()):
-        assert torch.equal(x.grad, y.grad)
+        assert (x.grad is None and y.grad is None) or torch.equal(x.grad, y.grad)
+
+
+def test_clip_grad_norm_edge_cases_match_torch():
+    for clip in (clip_grad_norm_, torch.nn.utils.clip_grad_norm_):
+        p = torch.ones(3, requires_grad=True)
+        assert torch.equal(clip([p], 1.0), torch.tensor(0.0))  # no gradients at all
+        p.grad = torch.tensor([float("inf"), 1.0, 1.0])
+        with pytest.raises(RuntimeError, match="non-finite, so it cannot be clipped"):
+            clip(p, 1.0, error_if_nonfinite=True)
+        with pytest.warns(UserWarning, match="empty generator"):
+            clip((q for q in []), 1.0)

@@ -5,37 +5,41 @@ backward formulas are one table (derivatives.py); ``backward`` and ``grad`` run 
 (engine.py). All arithmetic goes through the op interface in ``_ops.py``.
 """
 
-from . import _ops
-from .anomaly_mode import detect_anomaly, is_anomaly_enabled
+from . import _ops, graph
+from .anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from .engine import backward, grad
 from .function import Function, FunctionCtx
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import gradcheck
-from .graph import AccumulateGrad, Edge, Node, SavedVariable
+from .graph import AccumulateGrad, Edge, Node, SavedVariable, saved_tensors_hooks
 from .graphviz import backward_order, graph_names, make_dot
-from .tensor import Tensor, cross_entropy, tensor
+from .tensor import Tensor, cross_entropy, tensor, where
 
 __all__ = [
     "AccumulateGrad",
     "Edge",
     "Function",
-    "backward_order",
     "FunctionCtx",
     "Node",
     "SavedVariable",
     "Tensor",
     "_ops",
     "backward",
+    "backward_order",
     "cross_entropy",
     "detect_anomaly",
     "enable_grad",
     "grad",
     "gradcheck",
+    "graph",
     "graph_names",
     "is_anomaly_enabled",
     "is_grad_enabled",
     "make_dot",
     "no_grad",
+    "saved_tensors_hooks",
+    "set_detect_anomaly",
     "set_grad_enabled",
     "tensor",
+    "where",
 ]

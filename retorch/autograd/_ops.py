@@ -1,11 +1,25 @@
 """The op interface: every computation the autograd engine and its formulas do on raw data.
 
-The engine never calls torch directly. ``Tensor`` (tensor.py) and the derivative formulas
-(derivatives.py) compute through this module's small set of primitives, so that a later
-chapter can swap the array type underneath: replace these functions with ones over the
-rebuilt strided tensor, and the engine runs unchanged. Today the array type is ``torch.Tensor``.
+Nothing else in ``retorch.autograd`` touches the array type. ``Tensor`` (tensor.py), the
+derivative formulas (derivatives.py), the engine and gradcheck compute through these
+functions only, so a later chapter can swap the array type underneath: reimplement this module
+over the rebuilt strided tensor and the engine runs unchanged. Today ``Array`` is
+``torch.Tensor`` and most entries are torch's own functions.
 
-Every function takes and returns raw arrays (never autograd Tensors).
+The contract, for arrays ``x`` (every function takes and returns raw arrays, never autograd
+Tensors; "like" arrays only give the dtype and device of a new one):
+
+- an ``Array`` has ``.shape`` (a tuple of ints), ``.dtype``, ``.device``, ``.dim()``,
+  ``.item()`` and a ``repr``; broadcasting follows NumPy's rules;
+- elementwise: ``add sub mul div neg pow exp log tanh sigmoid relu reciprocal gt le eq where``;
+- reductions and linear algebra: ``sum mean amax max`` (``max(x, dim, keepdim)`` returns
+  values and indices), ``mm mv dot bmm softmax log_softmax nll_loss``;
+- shapes: ``view reshape expand permute transpose t unsqueeze squeeze clone index
+  index_select``, plus ``is_contiguous`` and ``view_if_possible``;
+- in place (the only mutation, each bumps nothing: versions live in autograd): ``add_ mul_
+  zero_``;
+- creation and inspection: ``zeros zeros_like ones_like scalar as_array scatter_value
+  scatter_into_zeros index_add_zeros numel tolist any_nan type_name``.
 """
 
 from __future__ import annotations
@@ -28,9 +42,9 @@ sigmoid = torch.sigmoid
 relu = torch.relu
 reciprocal = torch.reciprocal
 gt = torch.gt
+le = torch.le
 eq = torch.eq
 where = torch.where
-isnan = torch.isnan
 
 # reductions and linear algebra
 sum = torch.sum
@@ -44,57 +58,77 @@ bmm = torch.bmm
 softmax = torch.softmax
 log_softmax = torch.log_softmax
 nll_loss = torch.nn.functional.nll_loss
-gather = torch.gather
 
 # shapes
-expand = torch.Tensor.expand
 view = torch.Tensor.view
 reshape = torch.reshape
+expand = torch.Tensor.expand
 permute = torch.permute
 transpose = torch.transpose
+t = torch.t
 unsqueeze = torch.unsqueeze
 squeeze = torch.squeeze
 clone = torch.clone
-select = torch.select
-narrow = torch.narrow
 index_select = torch.index_select
 
 
-def sum_to(x: Array, shape: tuple[int, ...]) -> Array:
-    """Sum ``x`` down to ``shape`` (reverse broadcasting), as ``at::sum_to`` does."""
-    if tuple(x.shape) == tuple(shape):
-        return x
-    lead = x.dim() - len(shape)
-    dims = list(range(lead)) + [
-        lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1
-    ]
-    out = x.sum(dim=dims, keepdim=True) if dims else x
-    return out.view(shape) if lead else out
+def index(x: Array, key) -> Array:
+    """``x[key]`` for basic indexing (ints and slices): a view."""
+    return x[key]
 
 
+def is_contiguous(x: Array) -> bool:
+    return x.is_contiguous()
+
+
+def view_if_possible(x: Array, shape) -> Array | None:
+    """``x`` seen in ``shape`` without a copy, if its strides allow it (ATen's computeStride)."""
+    try:
+        return x.view(shape)
+    except RuntimeError:
+        return None
+
+
+# in place
+def add_(x: Array, other: Array, alpha: float = 1) -> Array:
+    """``x += alpha * other``."""
+    return x.add_(other, alpha=alpha)
+
+
+def mul_(x: Array, other: Array) -> Array:
+    return x.mul_(other)
+
+
+def zero_(x: Array) -> Array:
+    return x.zero_()
+
+
+# creation and inspection
 def zeros(shape, like: Array) -> Array:
     return torch.zeros(shape, dtype=like.dtype, device=like.device)
-
-
-def ones_like(x: Array) -> Array:
-    return torch.ones_like(x)
 
 
 def zeros_like(x: Array) -> Array:
     return torch.zeros_like(x)
 
 
+def ones_like(x: Array) -> Array:
+    return torch.ones_like(x)
+
+
 def scalar(value, like: Array) -> Array:
+    """A 0-d array holding ``value``, in ``like``'s dtype and device."""
     return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
 
-def as_array(value) -> Array:
-    return value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+def as_array(value, dtype=None) -> Array:
+    """``value`` (an array, a number or nested lists) as an array, in ``dtype`` if given."""
+    return torch.as_tensor(value, dtype=dtype)
 
 
-def index_add_zeros(shape, like: Array, dim: int, index: Array, src: Array) -> Array:
-    """Zeros of ``shape`` with ``src`` added at ``index`` along ``dim`` (the gradient of indexing)."""
-    return torch.zeros(shape, dtype=like.dtype, device=like.device).index_add_(dim, index, src)
+def scatter_value(shape, like: Array, dim: int, index: Array, value: float) -> Array:
+    """Zeros of ``shape`` with ``value`` at ``index`` along ``dim`` (one-hot gradients)."""
+    return torch.zeros(shape, dtype=like.dtype, device=like.device).scatter(dim, index, value)
 
 
 def scatter_into_zeros(shape, like: Array, key, src: Array) -> Array:
@@ -104,21 +138,21 @@ def scatter_into_zeros(shape, like: Array, key, src: Array) -> Array:
     return out
 
 
-def any_nan(x: Array) -> bool:
-    return bool(torch.isnan(x).any())
-
-
-def is_contiguous(x: Array) -> bool:
-    return x.is_contiguous()
-
-
-def scatter_value(shape, like: Array, dim: int, index: Array, value: float) -> Array:
-    """Zeros of ``shape`` with ``value`` at ``index`` along ``dim`` (one-hot gradients)."""
-    return torch.zeros(shape, dtype=like.dtype, device=like.device).scatter(dim, index, value)
+def index_add_zeros(shape, like: Array, dim: int, index: Array, src: Array) -> Array:
+    """Zeros of ``shape`` with ``src`` added at ``index`` along ``dim`` (the gradient of indexing)."""
+    return torch.zeros(shape, dtype=like.dtype, device=like.device).index_add_(dim, index, src)
 
 
 def numel(x: Array) -> int:
     return x.numel()
+
+
+def tolist(x: Array) -> list:
+    return x.tolist()
+
+
+def any_nan(x: Array) -> bool:
+    return bool(torch.isnan(x).any())
 
 
 def type_name(x: Array) -> str:

@@ -5,21 +5,29 @@ forward input (``None`` for inputs that need none). Formulas are written with au
 ``Tensor`` operations, so when the engine runs with ``create_graph=True`` they record a graph
 of their own, which is what makes higher-order gradients work. Gradients of broadcast inputs
 come out in the broadcast shape; the engine sums them back to each input's shape
-(``validate_outputs`` in engine.cpp).
+(``validate_outputs`` in engine.cpp). Each formula does its arithmetic in the order torch's
+does, so that most gradients come out bit for bit equal to torch's.
 """
 
 from __future__ import annotations
 
+import math
+
 from . import _ops
+from . import tensor as _tensor  # formulas build Tensors; tensor.py imports this module first
 
 
 def _saved(node, name):
-    return getattr(node, name).unpack()
+    return getattr(node, name).unpack(node)
 
 
 def _needs(node, i) -> bool:
     """Whether forward input ``i`` wants a gradient (torch's ``should_compute_output``)."""
     return node.next_functions[i].function is not None
+
+
+def _zeros_like(g):
+    return _tensor.Tensor(_ops.zeros_like(g.data))
 
 
 def _add(node, g):
@@ -39,13 +47,18 @@ def _rsub(node, g):
 
 
 def _mul(node, g):
-    a, b = _saved(node, "self_"), _saved(node, "other")
-    return g * b if _needs(node, 0) else None, g * a if _needs(node, 1) else None
+    return (
+        g * _saved(node, "other") if _needs(node, 0) else None,
+        g * _saved(node, "self_") if _needs(node, 1) else None,
+    )
 
 
 def _div(node, g):
-    a, b = _saved(node, "self_"), _saved(node, "other")
-    return g / b if _needs(node, 0) else None, -g * a / (b * b) if _needs(node, 1) else None
+    b = _saved(node, "other")
+    return (
+        g / b if _needs(node, 0) else None,
+        -g * ((_saved(node, "self_") / b) / b) if _needs(node, 1) else None,
+    )
 
 
 def _neg(node, g):
@@ -53,18 +66,31 @@ def _neg(node, g):
 
 
 def _pow_scalar(node, g):
-    x = _saved(node, "self_")
-    return (g * node.exponent * x ** (node.exponent - 1),)
+    x, e = _saved(node, "self_"), node.exponent
+    return (_zeros_like(g) if e == 0 else g * (x ** (e - 1) * e),)
 
 
 def _pow_tensor(node, g):
     x, y, result = _saved(node, "self_"), _saved(node, "exponent"), _saved(node, "result")
-    return g * y * x ** (y - 1), g * result * x.log()
+    zeros = _zeros_like(g)
+    return (
+        zeros.where(y.data == 0, g * (y * x ** (y - 1))) if _needs(node, 0) else None,
+        g * zeros.where((x.data == 0) & (y.data >= 0), result * x.log())
+        if _needs(node, 1)
+        else None,
+    )
+
+
+def _pow_scalar_base(node, g):  # base ** exponent with a number as the base
+    y, result = _saved(node, "exponent"), _saved(node, "result")
+    if node.base == 0:  # log(0) = -inf: where the exponent is >= 0 the gradient is 0
+        return (g * _zeros_like(g).where(y.data >= 0, result * -math.inf),)
+    return (g * (result * math.log(node.base)),)
 
 
 def _reciprocal(node, g):
     r = _saved(node, "result")
-    return (-g * r * r,)
+    return (-g * (r * r),)
 
 
 def _exp(node, g):
@@ -82,11 +108,27 @@ def _tanh(node, g):
 
 def _sigmoid(node, g):
     s = _saved(node, "result")
-    return (g * s * (1 - s),)
+    return (g * (1 - s) * s,)
 
 
-def _relu(node, g):
-    return (g * (_saved(node, "result") > 0),)
+def _relu(node, g):  # threshold_backward: no gradient where the output was clamped to 0
+    return (_zeros_like(g).where(_saved(node, "result").data <= 0, g),)
+
+
+def _where(node, g):
+    condition, zeros = _saved(node, "condition").data, _zeros_like(g)
+    return (
+        g.where(condition, zeros) if _needs(node, 0) else None,
+        zeros.where(condition, g) if _needs(node, 1) else None,
+    )
+
+
+def _clone(node, g):
+    return (g,)
+
+
+def _zero(node, g):
+    return (_zeros_like(g),)
 
 
 def _sum(node, g):
@@ -95,7 +137,7 @@ def _sum(node, g):
 
 def _sum_dim(node, g):
     if not node.keepdim:
-        for d in sorted(node.dim):
+        for d in node.dim:  # sorted, so each lands where it was reduced
             g = g.unsqueeze(d)
     return (g.expand(node.self_sizes),)
 
@@ -105,23 +147,20 @@ def _mean(node, g):
 
 
 def _mean_dim(node, g):
-    grad = _sum_dim(node, g)[0]
-    return (grad / node.count,)
+    return (_sum_dim(node, g)[0] / node.count,)
 
 
-def _max_full(node, g):
+def _max_full(node, g):  # evenly_distribute_backward: ties share the gradient
     x, result = _saved(node, "self_"), _saved(node, "result")
     mask = x == result
     return (mask * (g / mask.sum()),)
 
 
-def _max_dim(node, g):
-    indices = node.indices
+def _max_dim(node, g):  # value_selecting_reduction_backward: all to the selected index
+    indices = _saved(node, "indices").data
     if not node.keepdim:
-        g, indices = g.unsqueeze(node.dim), indices.unsqueeze(node.dim)
-    from .tensor import Tensor
-
-    one_hot = Tensor(_ops.scatter_value(node.self_sizes, g.data, node.dim, indices, 1.0))
+        g, indices = g.unsqueeze(node.dim), _ops.unsqueeze(indices, node.dim)
+    one_hot = _tensor.Tensor(_ops.scatter_value(node.self_sizes, g.data, node.dim, indices, 1.0))
     return (one_hot * g,)
 
 
@@ -145,9 +184,7 @@ def _permute(node, g):
 
 
 def _expand(node, g):
-    from .tensor import Tensor
-
-    return (Tensor._sum_to(g, node.self_sizes),)
+    return (_tensor.Tensor._sum_to(g, node.self_sizes),)
 
 
 def _unsqueeze(node, g):
@@ -159,34 +196,48 @@ def _squeeze(node, g):
 
 
 def _select(node, g):
-    return (g._scatter_into_zeros(node.self_sizes, node.key),)
+    op = "select" if isinstance(node.key[-1], int) else "slice"
+    return (g._select_backward(op, node.self_sizes, node.key),)
+
+
+def _select_backward(node, g):
+    return (g[node.key],)
 
 
 def _index(node, g):
-    return (g._index_add_zeros(node.self_sizes, 0, node.index),)
+    return (g._index_backward(node.self_sizes, _saved(node, "indices").data),)
+
+
+def _index_backward(node, g):
+    return (g[_tensor.Tensor(node.index)],)
 
 
 def _mm(node, g):
-    a, b = _saved(node, "self_"), _saved(node, "mat2")
     return (
-        g.matmul(b.transpose(0, 1)) if _needs(node, 0) else None,
-        a.transpose(0, 1).matmul(g) if _needs(node, 1) else None,
+        g.matmul(_saved(node, "mat2").transpose(0, 1)) if _needs(node, 0) else None,
+        _saved(node, "self_").transpose(0, 1).matmul(g) if _needs(node, 1) else None,
     )
 
 
 def _mv(node, g):
-    a, v = _saved(node, "self_"), _saved(node, "vec")
-    return g.unsqueeze(1) * v.unsqueeze(0), a.transpose(0, 1).matmul(g)
+    return (
+        g.unsqueeze(1) * _saved(node, "vec").unsqueeze(0) if _needs(node, 0) else None,
+        _saved(node, "self_").transpose(0, 1).matmul(g) if _needs(node, 1) else None,
+    )
 
 
 def _dot(node, g):
-    a, b = _saved(node, "self_"), _saved(node, "tensor")
-    return g * b, g * a
+    return (
+        g * _saved(node, "tensor") if _needs(node, 0) else None,
+        g * _saved(node, "self_") if _needs(node, 1) else None,
+    )
 
 
 def _bmm(node, g):
-    a, b = _saved(node, "self_"), _saved(node, "mat2")
-    return g.matmul(b.transpose(1, 2)), a.transpose(1, 2).matmul(g)
+    return (
+        g.matmul(_saved(node, "mat2").transpose(1, 2)) if _needs(node, 0) else None,
+        _saved(node, "self_").transpose(1, 2).matmul(g) if _needs(node, 1) else None,
+    )
 
 
 def _softmax(node, g):
@@ -199,19 +250,23 @@ def _log_softmax(node, g):
     return (g - y.exp() * g.sum(node.dim, keepdim=True),)
 
 
-def _nll_loss(node, g):
-    from .tensor import Tensor
-
-    n, c = node.self_sizes
-    one_hot = Tensor(
-        _ops.scatter_value((n, c), g.data, 1, _ops.unsqueeze(node.target, 1), -1.0 / n)
-    )
-    return (one_hot * g,)
+def _nll_loss(node, g):  # mean reduction: -grad / total_weight at each row's target, else 0
+    logp, target = _saved(node, "self_"), _saved(node, "target").data
+    one_hot = _ops.scatter_value(logp.shape, g.data, 1, _ops.unsqueeze(target, 1), 1.0)
+    return (_tensor.Tensor(one_hot) * -(g / _saved(node, "total_weight")),)
 
 
-def _clone(node, g):
-    return (g,)
-
+#: For ops with several inputs: which inputs' gradients use each saved tensor. derivatives.yaml
+#: names the saved tensors in each input's formula, and torch's generated code saves one only
+#: if one of those gradients will be computed: ``a * c`` with a constant ``c`` keeps ``c`` only.
+USED_BY = {
+    "mul": {"self_": (1,), "other": (0,)},
+    "div": {"self_": (1,), "other": (0, 1)},
+    "mm": {"self_": (1,), "mat2": (0,)},
+    "mv": {"self_": (1,), "vec": (0,)},
+    "dot": {"self_": (1,), "tensor": (0,)},
+    "bmm": {"self_": (1,), "mat2": (0,)},
+}
 
 FORMULAS = {
     "add": ("AddBackward0", _add),
@@ -222,12 +277,16 @@ FORMULAS = {
     "neg": ("NegBackward0", _neg),
     "pow_scalar": ("PowBackward0", _pow_scalar),
     "pow_tensor": ("PowBackward1", _pow_tensor),
+    "pow_scalar_base": ("PowBackward2", _pow_scalar_base),
     "reciprocal": ("ReciprocalBackward0", _reciprocal),
     "exp": ("ExpBackward0", _exp),
     "log": ("LogBackward0", _log),
     "tanh": ("TanhBackward0", _tanh),
     "sigmoid": ("SigmoidBackward0", _sigmoid),
     "relu": ("ReluBackward0", _relu),
+    "where": ("WhereBackward0", _where),
+    "clone": ("CloneBackward0", _clone),
+    "zero": ("ZeroBackward0", _zero),
     "sum": ("SumBackward0", _sum),
     "sum_dim": ("SumBackward1", _sum_dim),
     "mean": ("MeanBackward0", _mean),
@@ -236,7 +295,7 @@ FORMULAS = {
     "max_dim": ("MaxBackward0", _max_dim),
     "view": ("ViewBackward0", _view),
     "unsafe_view": ("UnsafeViewBackward0", _view),
-    "clone": ("CloneBackward0", _clone),
+    "reshape_alias": ("ReshapeAliasBackward0", _view),
     "transpose": ("TransposeBackward0", _transpose),
     "t": ("TBackward0", _t),
     "permute": ("PermuteBackward0", _permute),
@@ -246,7 +305,10 @@ FORMULAS = {
     "squeeze_dim": ("SqueezeBackward1", _squeeze),
     "select": ("SelectBackward0", _select),
     "slice": ("SliceBackward0", _select),
+    "select_backward": ("SelectBackwardBackward0", _select_backward),
+    "slice_backward": ("SliceBackwardBackward0", _select_backward),
     "index": ("IndexBackward0", _index),
+    "index_backward": ("IndexPutImplBackward0", _index_backward),
     "mm": ("MmBackward0", _mm),
     "mv": ("MvBackward0", _mv),
     "dot": ("DotBackward0", _dot),

@@ -1,9 +1,14 @@
-"""The graph: ``Node``, ``Edge``, ``AccumulateGrad`` and saved tensors.
+"""The graph: ``Node``, ``Edge``, ``AccumulateGrad``, saved tensors and their hooks.
 
 Mirrors torch/csrc/autograd/function.h (Node), edge.h (Edge), functions/accumulate_grad.h
-(AccumulateGrad) and saved_variable.h (SavedVariable). A node is one backward function; its
+(AccumulateGrad), saved_variable.cpp (SavedVariable) and, for the Python API,
+torch/autograd/graph.py (``saved_tensors_hooks``). A node is one backward function; its
 ``next_functions`` are edges ``(node, input_nr)`` to the nodes of its forward inputs. Leaves
 that require grad end in an ``AccumulateGrad`` node, which adds into ``.grad``.
+
+Nothing here points back up the graph: a tensor owns its ``grad_fn``, a node owns its edges
+and saved tensors, and a saved *output* keeps only its data (not the tensor whose ``grad_fn``
+is the node saving it), so a graph is freed by reference counting as soon as its output goes.
 """
 
 from __future__ import annotations
@@ -11,11 +16,20 @@ from __future__ import annotations
 import itertools
 import re
 import traceback
+import weakref
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from . import _ops, anomaly_mode
+from torch.utils.hooks import RemovableHandle
 
+from . import _ops, anomaly_mode, grad_mode
+
+#: torch's ``at::sequence_number``: every new node takes the next one, so a later node has a
+#: higher number. The engine runs the ready node with the highest number first.
 _sequence_nr = itertools.count()
+
+_PACKAGE_DIR = str(Path(__file__).parent)
 
 
 class Edge(NamedTuple):
@@ -32,129 +46,236 @@ NO_EDGE = Edge(None, 0)
 class Node:
     """A backward function in the graph (``grad_fn``)."""
 
-    __slots__ = (
-        "next_functions",
-        "_sequence_nr",
-        "_pre_hooks",
-        "_post_hooks",
-        "_tensor_pre_hooks",
-        "_retains_grad_hooks",
-        "input_metadata",
-        "_trace",
-        "__dict__",
-    )
-
-    _EMPTY: dict = {}
+    # Hook containers are made on first registration; until then all nodes share these.
+    _pre_hooks: dict = {}
+    _post_hooks: dict = {}
+    _tensor_pre_hooks: dict = {}  # output_nr -> {id: hook} of the tensor hooks on that output
+    _retains_grad_hooks: dict = {}  # output_nr -> the retain_grad hook of that output
 
     def __init__(self, next_functions: tuple = (), sequence_nr: int | None = None) -> None:
         self.next_functions = next_functions
-        self._sequence_nr = next(_sequence_nr) if sequence_nr is None else sequence_nr
-        # Hook containers are shared empty ones until a hook is registered: most nodes have none.
-        self._pre_hooks = self._post_hooks = ()
-        self._tensor_pre_hooks = self._retains_grad_hooks = Node._EMPTY
-        self.input_metadata: list[tuple] = []  # the shapes of the gradients this node receives
-        self._trace = traceback.format_stack()[:-3] if anomaly_mode._enabled else None
+        self.sequence_nr = next(_sequence_nr) if sequence_nr is None else sequence_nr
+        self.input_metadata: tuple = ()  # the shape of the gradient each output receives
+        if anomaly_mode._enabled:
+            self.metadata["traceback_"] = _forward_stack()
 
     def name(self) -> str:
         return type(self).__name__
 
+    def _sequence_nr(self) -> int:
+        return self.sequence_nr
+
     def apply(self, grads: list) -> tuple:
-        raise NotImplementedError
+        """One gradient per output in, one per ``next_functions`` edge out."""
+        raise NotImplementedError(f"{self.name()} does not implement apply")
 
     @property
     def metadata(self) -> dict:
         return self.__dict__.setdefault("_metadata", {})
 
-    def register_hook(self, fn: Callable) -> Callable:
+    def register_hook(self, fn: Callable) -> RemovableHandle:
         """``fn(grad_inputs, grad_outputs)`` runs after this node; may return new grad_inputs."""
-        self._post_hooks = (*self._post_hooks, fn)
-        return fn
+        if "_post_hooks" not in self.__dict__:
+            self._post_hooks = OrderedDict()  # OrderedDict: a handle keeps a weak reference
+        handle = RemovableHandle(self._post_hooks)
+        self._post_hooks[handle.id] = fn
+        return handle
 
-    def register_prehook(self, fn: Callable) -> Callable:
+    def register_prehook(self, fn: Callable) -> RemovableHandle:
         """``fn(grad_outputs)`` runs before this node; may return new grad_outputs."""
-        self._pre_hooks = (*self._pre_hooks, fn)
-        return fn
+        if "_pre_hooks" not in self.__dict__:
+            self._pre_hooks = OrderedDict()
+        handle = RemovableHandle(self._pre_hooks)
+        self._pre_hooks[handle.id] = fn
+        return handle
 
-    def _add_tensor_pre_hook(self, output_nr: int, fn: Callable) -> None:
-        if self._tensor_pre_hooks is Node._EMPTY:
+    def _add_tensor_pre_hook(self, output_nr: int, fn: Callable) -> RemovableHandle:
+        if "_tensor_pre_hooks" not in self.__dict__:
             self._tensor_pre_hooks = {}
-        self._tensor_pre_hooks.setdefault(output_nr, []).append(fn)
+        hooks = self._tensor_pre_hooks.setdefault(output_nr, OrderedDict())
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = fn
+        return handle
 
     def _set_retains_grad_hook(self, output_nr: int, fn: Callable) -> None:
-        if self._retains_grad_hooks is Node._EMPTY:
+        if "_retains_grad_hooks" not in self.__dict__:
             self._retains_grad_hooks = {}
         self._retains_grad_hooks[output_nr] = fn
 
     def release_variables(self) -> None:
+        """Free the saved tensors (the engine calls this after the node ran, unless retain_graph)."""
         for value in self.__dict__.values():
-            if isinstance(value, SavedVariable):
+            if type(value) is SavedVariable:
                 value.release()
 
     def __repr__(self) -> str:
-        return f"<{self.name()}>"
+        return f"<{type(self).__name__} object at {id(self):#x}>"
+
+
+def _forward_stack() -> list[str]:
+    """The Python stack of the forward call that creates a node, without retorch's own frames."""
+    frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE_DIR)]
+    return traceback.format_list(frames)
 
 
 class AccumulateGrad(Node):
     """The node of a leaf: adds the incoming gradient into ``variable.grad``."""
 
-    __slots__ = ()
-
     def __init__(self, variable) -> None:
         # torch gives AccumulateGrad the largest sequence number: ready leaves run first.
-        super().__init__((), sequence_nr=2**63 - 1)
+        super().__init__((), sequence_nr=2**64 - 1)
         self.variable = variable
-        self.input_metadata = [tuple(variable.shape)]
+        self.input_metadata = (tuple(variable.shape),)
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+    @property
+    def _tensor_pre_hooks(self) -> dict:
+        # A leaf's hooks live on the tensor; the engine runs them as this node's tensor pre-hooks.
+        hooks = self.variable._hooks
+        return {0: hooks} if hooks else {}
 
     def apply(self, grads: list) -> tuple:
-        from .grad_mode import is_grad_enabled
-
         grad, variable = grads[0], self.variable
-        for hook in variable._hooks:
-            result = hook(grad)
-            if result is not None:
-                grad = result
+        if grad is None:
+            return ()
         if variable.grad is None:
-            variable.grad = grad if is_grad_enabled() else grad.detach()
-        elif is_grad_enabled():
+            # A copy, so that .grad never aliases a gradient that also flows elsewhere. torch
+            # skips it when nothing else holds the gradient (an optimisation), and under
+            # create_graph its copy shows as CopyBackwards where ours is CloneBackward0.
+            variable.grad = grad.clone()
+        elif grad_mode._enabled:  # create_graph: .grad stays differentiable
             variable.grad = variable.grad + grad
         else:
-            variable.grad.data.add_(grad.data)
+            variable.grad.add_(grad)
         return ()
 
 
-_SUFFIX = re.compile(r"Backward\d*$")
+_NAME_SUFFIX = re.compile(r"Backward(\d*)$")
+
+
+def _forward_name(node_name: str) -> str:
+    """How torch's messages name the op of a node: ExpBackward0 -> Exp, PowBackward1 -> Pow1."""
+    return _NAME_SUFFIX.sub(lambda m: "" if m.group(1) == "0" else m.group(1), node_name)
+
+
+ERR_BACKWARD_TWICE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you call "
+    ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+    "graph a second time or if you need to access saved tensors after calling backward."
+)
+
+#: The (pack, unpack) pairs of the enclosing ``saved_tensors_hooks`` blocks, innermost last.
+_saved_tensors_hooks_stack: list[tuple[Callable, Callable]] = []
+
+
+class saved_tensors_hooks:
+    """Within this block, every tensor saved for backward is stored as ``pack_hook(tensor)`` and
+    given back as ``unpack_hook(packed)`` when backward needs it (torch.autograd.graph)."""
+
+    def __init__(self, pack_hook: Callable, unpack_hook: Callable) -> None:
+        self.pack_hook, self.unpack_hook = pack_hook, unpack_hook
+
+    def __enter__(self) -> None:
+        _saved_tensors_hooks_stack.append((self.pack_hook, self.unpack_hook))
+
+    def __exit__(self, *exc) -> None:
+        _saved_tensors_hooks_stack.pop()
 
 
 class SavedVariable:
-    """A tensor saved for backward, with the version it had, so in-place changes are caught."""
+    """A tensor saved for backward, with the version it had, so in-place changes are caught.
 
-    __slots__ = ("tensor", "version", "released", "is_output", "grad_fn_name", "output_nr")
+    An input is kept as the tensor itself. An output is kept as its data and version counter:
+    the output's ``grad_fn`` is the very node that saves it, so keeping the tensor would make
+    a reference cycle; ``unpack(node)`` rebuilds it. Under ``saved_tensors_hooks`` only what
+    the pack hook returned is kept.
+    """
+
+    __slots__ = (
+        "tensor",
+        "data",
+        "version_counter",
+        "saved_version",
+        "output_nr",
+        "grad_fn",
+        "is_leaf",
+        "grad_accumulator",
+        "unpack_hook",
+    )
 
     def __init__(self, tensor, is_output: bool = False) -> None:
-        self.tensor, self.version, self.released = tensor, tensor._version, False
-        self.is_output, self.output_nr = is_output, tensor._output_nr
-        self.grad_fn_name = None if tensor.grad_fn is None else tensor.grad_fn.name()
+        self.saved_version, self.output_nr = tensor._version, tensor._output_nr
+        self.tensor = self.data = self.version_counter = self.grad_fn = None
+        self.grad_accumulator = self.unpack_hook = None
+        self.is_leaf = tensor.grad_fn is None
+        if _saved_tensors_hooks_stack and not tensor._is_wrapped_number:
+            pack, self.unpack_hook = _saved_tensors_hooks_stack[-1]
+            with grad_mode.no_grad():
+                self.data = pack(tensor.detach())
+            if self.is_leaf and tensor.requires_grad:
+                self.grad_accumulator = tensor._grad_accumulator()
+            elif not is_output:
+                self.grad_fn = tensor.grad_fn
+        elif not is_output or tensor.grad_fn is None:
+            self.tensor = tensor
+        else:
+            self.data, self.version_counter = tensor.data, tensor._version_counter
 
-    def unpack(self):
-        if self.released:
-            raise RuntimeError(
-                "Trying to backward through the graph a second time (or directly access saved tensors after "
-                "they have already been freed). Saved intermediate values of the graph are freed when you call "
-                ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
-                "graph a second time or if you need to access saved tensors after calling backward."
-            )
-        if self.tensor._version != self.version:
-            t = self.tensor
-            what = f"[{_ops.type_name(t.data)} [{', '.join(map(str, t.shape))}]]"
-            if t.grad_fn is not None:
-                what += f", which is output {t._output_nr} of {_SUFFIX.sub('', t.grad_fn.name())},"
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an inplace "
-                f"operation: {what} is at version {t._version}; expected version {self.version} instead. "
-                "Hint: enable anomaly detection to find the operation that failed to compute its gradient, "
-                "with torch.autograd.set_detect_anomaly(True, check_nan=False)."
-            )
-        return self.tensor
+    def unpack(self, saved_for: Node | None = None):
+        """The saved tensor; ``saved_for`` is the node that saved it (the grad_fn of an output)."""
+        if self.tensor is None and self.data is None and self.unpack_hook is None:
+            raise RuntimeError(ERR_BACKWARD_TWICE)
+        if self.unpack_hook is not None:  # versions cannot be checked through the hooks
+            from .tensor import Tensor
+
+            data = self.unpack_hook(self.data).data
+            if self.is_leaf:  # a stand-in for the leaf: its gradient still goes to the leaf's .grad
+                out = Tensor(data, requires_grad=self.grad_accumulator is not None)
+                if self.grad_accumulator is not None:
+                    out._accumulator = weakref.ref(self.grad_accumulator)
+                return out
+            out = Tensor(data, grad_fn=self.grad_fn or saved_for)
+            out._output_nr = self.output_nr
+            return out
+        if self.tensor is not None:
+            tensor = self.tensor
+            if tensor._version != self.saved_version:
+                name = None if tensor.grad_fn is None else tensor.grad_fn.name()
+                if name is not None and tensor._base is not None:
+                    # The view's base was changed in place. torch then gives the view a new
+                    # grad_fn, AsStridedBackward0 (not rebuilt here), and names that one.
+                    name = "AsStridedBackward0"
+                self._check_version(tensor._version, tensor.data, name)
+            return tensor
+        self._check_version(self.version_counter.value, self.data, saved_for.name())
+        from .tensor import Tensor
+
+        out = Tensor(self.data, grad_fn=saved_for)
+        out._output_nr, out._version_counter = self.output_nr, self.version_counter
+        return out
+
+    def _check_version(self, version: int, data, grad_fn_name: str | None) -> None:
+        if version == self.saved_version:
+            return
+        what = f"[{_ops.type_name(data)} [{', '.join(map(str, data.shape))}]]"
+        if grad_fn_name is not None:
+            what += f", which is output {self.output_nr} of {_forward_name(grad_fn_name)},"
+        hint = (
+            "Hint: the backtrace further above shows the operation that failed to compute its "
+            "gradient. The variable in question was changed in there or anywhere later. Good luck!"
+            if anomaly_mode._enabled
+            else "Hint: enable anomaly detection to find the operation that failed to compute its "
+            "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False)."
+        )
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an inplace "
+            f"operation: {what} is at version {version}; expected version {self.saved_version} "
+            f"instead. {hint}"
+        )
 
     def release(self) -> None:
-        self.tensor, self.released = None, True
+        self.tensor = self.data = self.version_counter = self.grad_fn = None
+        self.grad_accumulator = self.unpack_hook = None

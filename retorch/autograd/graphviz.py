@@ -1,19 +1,24 @@
-"""Draw a retorch graph as torchviz draws torch's (torchviz/dot.py ``make_dot``).
+"""Draw a retorch graph as torchviz draws torch's, and watch the engine's order.
 
-Same labels and colours: each node by its name, leaves (through their ``AccumulateGrad``) as a
-light-blue box with the shape, the output as a green box. Node ids are assigned in the order of
-the walk, so the drawing is the same on every run.
+``make_dot`` follows torchviz/dot.py ``make_dot`` (same labels, colours and layout): each node
+by its class name; leaves (through their ``AccumulateGrad``) as light-blue boxes with their
+shape; tensors saved by custom Functions in orange; the output in green, and the base of an
+output that is a view in dark green. Node ids are numbers given in the order of the walk (not
+``id()``), so the drawing is the same on every run.
 """
 
 from __future__ import annotations
 
-from .graph import AccumulateGrad, Node
+
+def _shape(t) -> str:
+    return "(" + ", ".join(str(int(v)) for v in t.shape) + ")"
 
 
 def make_dot(var, params: dict | None = None):
+    """A ``graphviz.Digraph`` of the graph that produced ``var`` (a Tensor or a tuple of them)."""
     import graphviz
 
-    names = {id(t): n for n, t in (params or {}).items()}
+    param_map = {id(v): k for k, v in (params or {}).items()}
     dot = graphviz.Digraph(
         node_attr=dict(
             style="filled",
@@ -27,41 +32,55 @@ def make_dot(var, params: dict | None = None):
         graph_attr=dict(size="12,12"),
     )
     ids: dict[int, str] = {}
+    seen: set[int] = set()
 
     def node_id(obj) -> str:
-        if id(obj) not in ids:
-            ids[id(obj)] = f"n{len(ids)}"
-        return ids[id(obj)]
+        return ids.setdefault(id(obj), str(len(ids)))
 
-    def shape(t) -> str:
-        return "(" + ", ".join(map(str, t.shape)) + ")"
+    def var_label(t, name=None) -> str:
+        return f"{name or param_map.get(id(t), '')}\n {_shape(t)}"
 
-    seen = set()
-
-    def add(fn) -> None:
-        if fn in seen:
+    def add_nodes(fn) -> None:
+        if id(fn) in seen:
             return
-        seen.add(fn)
-        if isinstance(fn, AccumulateGrad):
-            var_ = fn.variable
-            label = f"{names.get(id(var_), '')}\n {shape(var_)}"
-            dot.node(node_id(var_), label, fillcolor="lightblue")
-            dot.edge(node_id(var_), node_id(fn))
-        dot.node(node_id(fn), fn.name())
-        for edge in fn.next_functions:
-            if edge.function is not None:
-                dot.edge(node_id(edge.function), node_id(fn))
-                add(edge.function)
+        seen.add(id(fn))
+        if hasattr(fn, "variable"):  # AccumulateGrad: draw the leaf it accumulates into
+            leaf = fn.variable
+            seen.add(id(leaf))
+            dot.node(node_id(leaf), var_label(leaf), fillcolor="lightblue")
+            dot.edge(node_id(leaf), node_id(fn))
+        dot.node(node_id(fn), type(fn).__name__)
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                dot.edge(node_id(nxt), node_id(fn))
+                add_nodes(nxt)
+        if hasattr(fn, "saved_tensors"):  # a custom Function's saved tensors
+            for t in fn.saved_tensors:
+                seen.add(id(t))
+                dot.edge(node_id(t), node_id(fn), dir="none")
+                dot.node(node_id(t), var_label(t), fillcolor="orange")
 
-    dot.node(node_id(var), "\n " + shape(var), fillcolor="darkolivegreen1")
-    if var.grad_fn is not None:
-        add(var.grad_fn)
-        dot.edge(node_id(var.grad_fn), node_id(var))
+    def add_base_tensor(t, color="darkolivegreen1") -> None:
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        dot.node(node_id(t), var_label(t), fillcolor=color)
+        if t.grad_fn is not None:
+            add_nodes(t.grad_fn)
+            dot.edge(node_id(t.grad_fn), node_id(t))
+        if t._base is not None:
+            add_base_tensor(t._base, color="darkolivegreen3")
+            dot.edge(node_id(t._base), node_id(t), style="dotted")
+
+    for t in var if isinstance(var, tuple) else (var,):
+        add_base_tensor(t)
+    size = max(12, len(dot.body) * 0.15)  # torchviz's resize_graph
+    dot.graph_attr.update(size=f"{size},{size}")
     return dot
 
 
 def graph_names(var) -> list[str]:
-    """Names of all nodes reachable from ``var.grad_fn``, each once, in walk order.
+    """Class names of all nodes reachable from ``var.grad_fn``, each once, in walk order.
 
     Works on a retorch Tensor or a torch tensor, so the two graphs can be compared.
     """
@@ -71,38 +90,35 @@ def graph_names(var) -> list[str]:
         if fn is None or fn in seen:
             continue
         seen.add(fn)
-        out.append(fn.name() if isinstance(fn, Node) else type(fn).__name__)
-        stack.extend(e[0] for e in reversed(fn.next_functions) if e[0] is not None)
+        out.append(type(fn).__name__)
+        stack.extend(f for f, _ in reversed(fn.next_functions) if f is not None)
     return out
 
 
-def backward_order(output, torch_output=None) -> tuple[list[str], list[str] | None]:
-    """The order in which the engine runs nodes, observed through node pre-hooks.
-
-    Registers a pre-hook on every node of the graph of ``output`` (a retorch Tensor) and, if
-    given, of ``torch_output`` (a torch tensor), runs backward on both, and returns the names in
-    the order the hooks fired.
-    """
-    ours: list[str] = []
+def _record_order(output, order: list) -> None:
     seen, stack = set(), [output.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is None or fn in seen:
             continue
         seen.add(fn)
-        fn.register_prehook(lambda grads, fn=fn: ours.append(fn.name()))
-        stack.extend(e.function for e in fn.next_functions if e.function is not None)
+        fn.register_prehook(lambda grads, fn=fn: order.append(type(fn).__name__))
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
+
+
+def backward_order(output, torch_output=None) -> tuple[list[str], list[str] | None]:
+    """The order in which the engine runs nodes, observed through node pre-hooks.
+
+    Registers a pre-hook on every node of the graph of ``output`` (a retorch Tensor) and, if
+    given, of ``torch_output`` (a torch tensor), runs backward on both, and returns the node
+    names in the order the hooks fired.
+    """
+    ours: list[str] = []
+    _record_order(output, ours)
     output.backward()
     if torch_output is None:
         return ours, None
     theirs: list[str] = []
-    seen, stack = set(), [torch_output.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        fn.register_prehook(lambda grads, fn=fn: theirs.append(type(fn).__name__))
-        stack.extend(f for f, _ in fn.next_functions if f is not None)
+    _record_order(torch_output, theirs)
     torch_output.backward()
     return ours, theirs

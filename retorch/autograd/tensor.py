@@ -8,13 +8,18 @@ handled only through ``_ops``; the derivative formulas live in ``derivatives.py`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import weakref
+from collections import OrderedDict
+from typing import Any, Callable, NamedTuple
+
+from torch.utils.hooks import RemovableHandle
 
 from . import _ops, grad_mode
-from .derivatives import FORMULAS
+from .derivatives import FORMULAS, USED_BY
 from .graph import NO_EDGE, AccumulateGrad, Edge, Node, SavedVariable
 
-_NO_HOOKS: list = []
+_new_tuple = tuple.__new__
+_NO_HOOKS: dict = {}  # shared by every tensor until a hook is registered; never filled
 
 
 class _VersionCounter:
@@ -29,13 +34,15 @@ class _VersionCounter:
 class FormulaNode(Node):
     """A node whose backward is an entry of ``FORMULAS``."""
 
-    __slots__ = ()
     formula: Callable = None
 
     def apply(self, grads: list) -> tuple:
+        if grads[0] is None:  # no gradient reached this node: none goes on
+            return (None,) * len(self.next_functions)
         return type(self).formula(self, grads[0])
 
 
+#: One node class per formula, named as torch's (``MulBackward0``...), as torch generates them.
 NODE_CLASSES = {
     op: type(name, (FormulaNode,), {"formula": staticmethod(fn)})
     for op, (name, fn) in FORMULAS.items()
@@ -45,7 +52,7 @@ NODE_CLASSES = {
 def _wrap(value, like: Tensor) -> Tensor:
     if isinstance(value, Tensor):
         return value
-    return Tensor(_ops.scalar(value, like.data))
+    return _WrappedNumber(_ops.scalar(value, like.data))
 
 
 class Tensor:
@@ -58,21 +65,24 @@ class Tensor:
         "grad_fn",
         "_output_nr",
         "_version_counter",
+        "_base",
         "_hooks",
         "_accumulator",
         "_retains_grad",
         "__weakref__",
     )
+    _is_wrapped_number = False
 
     def __init__(self, data, requires_grad: bool = False, grad_fn: Node | None = None) -> None:
         self.data = data
         self.requires_grad = requires_grad or grad_fn is not None
         self.grad: Tensor | None = None
         self.grad_fn = grad_fn
-        self._output_nr = 0
+        self._output_nr = 0  # which output of grad_fn this tensor is
         self._version_counter = _VersionCounter()
-        self._hooks: list[Callable] = _NO_HOOKS
-        self._accumulator: AccumulateGrad | None = None
+        self._base: Tensor | None = None  # the tensor this one is a view of
+        self._hooks: dict = _NO_HOOKS  # a leaf's tensor hooks (a non-leaf's live on its grad_fn)
+        self._accumulator = None  # weak reference to a leaf's AccumulateGrad
         self._retains_grad = False
 
     # ------------------------------------------------------------ autograd metadata
@@ -85,12 +95,20 @@ class Tensor:
         return self._version_counter.value
 
     @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    @property
     def shape(self):
         return self.data.shape
 
     @property
     def dtype(self):
         return self.data.dtype
+
+    @property
+    def device(self):
+        return self.data.device
 
     @property
     def ndim(self) -> int:
@@ -108,41 +126,54 @@ class Tensor:
     def item(self):
         return self.data.item()
 
+    def tolist(self) -> list:
+        return _ops.tolist(self.data)
+
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         if not self.is_leaf and not requires_grad:
             raise RuntimeError(
-                "you can only change requires_grad flags of leaf variables. If you want to use a computed "
-                "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+                "you can only change requires_grad flags of leaf variables. If you want to use a "
+                "computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach()."
             )
         self.requires_grad = requires_grad
         return self
 
     def detach(self) -> Tensor:
+        """The same data, cut from the graph (it shares the version counter: same data)."""
         out = Tensor(self.data)
-        out._version_counter = (
-            self._version_counter
-        )  # a detached tensor shares data, so versions too
+        out._version_counter = self._version_counter
         return out
+
+    def _grad_accumulator(self) -> AccumulateGrad:
+        """A leaf's AccumulateGrad, made on first use. The tensor holds it weakly (the graph
+        holds it), as torch's leaves do: a strong reference would be a reference cycle."""
+        acc = self._accumulator() if self._accumulator is not None else None
+        if acc is None:
+            acc = AccumulateGrad(self)
+            self._accumulator = weakref.ref(acc)
+        return acc
 
     def _gradient_edge(self) -> Edge | None:
         """Where a gradient for this tensor goes: its grad_fn, or its leaf's AccumulateGrad."""
         if self.grad_fn is not None:
-            return Edge(self.grad_fn, self._output_nr)
+            # tuple.__new__ is what Edge(...) ends up calling, minus a Python-level __new__.
+            return _new_tuple(Edge, (self.grad_fn, self._output_nr))
         if self.requires_grad:
-            if self._accumulator is None:
-                self._accumulator = AccumulateGrad(self)
-            return Edge(self._accumulator, 0)
+            return Edge(self._grad_accumulator(), 0)
         return None
 
-    def register_hook(self, hook: Callable) -> Callable:
+    def register_hook(self, hook: Callable) -> RemovableHandle:
         """``hook(grad)`` runs when this tensor's gradient is computed; may return a new one."""
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        if self.grad_fn is None:
-            self._hooks = [*self._hooks, hook]
-        else:
-            self.grad_fn._add_tensor_pre_hook(self._output_nr, hook)
-        return hook
+        if self.grad_fn is not None:
+            return self.grad_fn._add_tensor_pre_hook(self._output_nr, hook)
+        if self._hooks is _NO_HOOKS:
+            self._hooks = OrderedDict()  # OrderedDict: the handle keeps a weak reference
+        handle = RemovableHandle(self._hooks)
+        self._hooks[handle.id] = hook
+        return handle
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for a non-leaf tensor (leaves keep it anyway)."""
@@ -150,11 +181,14 @@ class Tensor:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self.is_leaf or self._retains_grad:
             return
+        ref = weakref.ref(self)  # the hook lives on grad_fn, which this tensor owns: no cycle
 
-        def store(grad):
-            self.grad = grad.detach() if self.grad is None else self.grad + grad.detach()
+        def retain_grad_hook(grad: Tensor) -> None:
+            var = ref()
+            if var is not None:
+                var.grad = grad.clone() if var.grad is None else var.grad + grad
 
-        self.grad_fn._set_retains_grad_hook(self._output_nr, store)
+        self.grad_fn._set_retains_grad_hook(self._output_nr, retain_grad_hook)
         self._retains_grad = True
 
     def backward(
@@ -190,11 +224,12 @@ class Tensor:
                 break
         else:
             return Tensor(data)
-        node = NODE_CLASSES[op](tuple([t._gradient_edge() or NO_EDGE for t in inputs]))
-        node.input_metadata = [data.shape]  # the shape of the gradient this node receives
+        node = NODE_CLASSES[op](
+            tuple([t._gradient_edge() if t.requires_grad else NO_EDGE for t in inputs])
+        )
+        node.input_metadata = (tuple(data.shape),)  # the shape of the gradient it receives
         if save:
-            for name, tensor in save.items():
-                setattr(node, name, SavedVariable(tensor))
+            _save(node, op, save)
         for name, value in attrs.items():
             setattr(node, name, value)
         out = Tensor(data, grad_fn=node)
@@ -202,25 +237,34 @@ class Tensor:
             setattr(node, save_output, SavedVariable(out, is_output=True))
         return out
 
-    def _check_inplace(self) -> None:
-        if grad_mode._enabled and self.is_leaf and self.requires_grad:
+    def _inplace(self, op: str, fn: Callable, other: Tensor | None = None, **attrs: Any) -> Tensor:
+        """An in-place op: change the data, bump the version, rebase this tensor's history."""
+        inputs = (self,) if other is None else (self, other)
+        needs = grad_mode._enabled and any(t.requires_grad for t in inputs)
+        if needs and self.is_leaf and self.requires_grad:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation."
             )
-
-    def _inplace(self, op: str, fn: Callable, other: Tensor | None, **attrs: Any) -> Tensor:
-        """An in-place op: change the data, bump the version, rebase this tensor's history."""
-        self._check_inplace()
-        inputs = (self,) if other is None else (self, other)
-        needs = grad_mode._enabled and any(t.requires_grad for t in inputs)
+        if needs and self._base is not None:
+            if self._base.is_leaf and self._base.requires_grad:
+                raise RuntimeError(
+                    "a view of a leaf Variable that requires grad is being used in an in-place "
+                    "operation."
+                )
+            raise NotImplementedError(
+                f"{op}_ on a view of a tensor that requires grad: retorch.autograd does not "
+                "rebuild this (torch rewrites the base's history with a CopySlices node). Use the "
+                "out-of-place op on the base instead, e.g. y = y * 2 rather than y[0].mul_(2)."
+            )
         if needs:
-            node = NODE_CLASSES[op](tuple(t._gradient_edge() or NO_EDGE for t in inputs))
-            node.input_metadata = [tuple(self.shape)]
+            node = NODE_CLASSES[op](
+                tuple([t._gradient_edge() if t.requires_grad else NO_EDGE for t in inputs])
+            )
+            node.input_metadata = (tuple(self.shape),)
             for name, value in attrs.items():
                 setattr(node, name, value)
             if op == "mul":  # the gradient for `other` needs self's value from before the change
-                node.self_ = SavedVariable(Tensor(_ops.clone(self.data)))
-                node.other = SavedVariable(other)
+                _save(node, op, {"self_": Tensor(_ops.clone(self.data)), "other": other})
         fn(self.data)
         self._version_counter.value += 1
         if needs:
@@ -238,9 +282,7 @@ class Tensor:
         other = _wrap(other, self)
         return Tensor._record("sub", _ops.sub(self.data, other.data), (self, other), alpha=1)
 
-    def __rsub__(self, other) -> Tensor:
-        if isinstance(other, Tensor):
-            return other.__sub__(self)
+    def __rsub__(self, other) -> Tensor:  # number - tensor
         return Tensor._record("rsub", _ops.sub(other, self.data), (self,))
 
     def __mul__(self, other) -> Tensor:
@@ -264,7 +306,7 @@ class Tensor:
         )
 
     def __rtruediv__(self, other) -> Tensor:
-        return self.reciprocal() * other
+        return self.reciprocal() * other  # as torch's Tensor.__rtruediv__
 
     def reciprocal(self) -> Tensor:
         return Tensor._record(
@@ -291,6 +333,16 @@ class Tensor:
             exponent=exponent,
         )
 
+    def __rpow__(self, base) -> Tensor:
+        return Tensor._record(
+            "pow_scalar_base",
+            _ops.pow(base, self.data),
+            (self,),
+            save={"exponent": self},
+            save_output="result",
+            base=base,
+        )
+
     def __matmul__(self, other) -> Tensor:
         return self.matmul(other)
 
@@ -302,20 +354,20 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def __bool__(self) -> bool:
+        return bool(self.data)  # fails for several elements, as torch's
+
     # ------------------------------------------------------------ in-place
     def add_(self, other, alpha: float = 1) -> Tensor:
         other = _wrap(other, self)
-        return self._inplace("add", lambda d: d.add_(other.data, alpha=alpha), other, alpha=alpha)
+        return self._inplace("add", lambda d: _ops.add_(d, other.data, alpha), other, alpha=alpha)
 
     def mul_(self, other) -> Tensor:
         other = _wrap(other, self)
-        return self._inplace("mul", lambda d: d.mul_(other.data), other)
+        return self._inplace("mul", lambda d: _ops.mul_(d, other.data), other)
 
     def zero_(self) -> Tensor:
-        self._check_inplace()
-        self.data.zero_()
-        self._version_counter.value += 1
-        return self
+        return self._inplace("zero", _ops.zero_)
 
     # ------------------------------------------------------------ elementwise functions
     def exp(self) -> Tensor:
@@ -333,16 +385,30 @@ class Tensor:
     def relu(self) -> Tensor:
         return Tensor._record("relu", _ops.relu(self.data), (self,), save_output="result")
 
+    def clone(self) -> Tensor:
+        return Tensor._record("clone", _ops.clone(self.data), (self,))
+
+    def where(self, condition, other) -> Tensor:
+        """This tensor where ``condition`` holds, else ``other`` (``torch.where``)."""
+        condition = condition if isinstance(condition, Tensor) else Tensor(condition)
+        other = _wrap(other, self)
+        return Tensor._record(
+            "where",
+            _ops.where(condition.data, self.data, other.data),
+            (self, other),
+            save={"condition": condition},
+        )
+
     # ------------------------------------------------------------ reductions
     def sum(self, dim=None, keepdim: bool = False) -> Tensor:
         if dim is None:
-            return Tensor._record("sum", _ops.sum(self.data), (self,), self_sizes=tuple(self.shape))
+            return Tensor._record("sum", _ops.sum(self.data), (self,), self_sizes=self.shape)
         dims = _normalize_dims(dim, self.dim())
         return Tensor._record(
             "sum_dim",
             _ops.sum(self.data, dim=dims, keepdim=keepdim),
             (self,),
-            self_sizes=tuple(self.shape),
+            self_sizes=self.shape,
             dim=dims,
             keepdim=keepdim,
         )
@@ -350,11 +416,7 @@ class Tensor:
     def mean(self, dim=None, keepdim: bool = False) -> Tensor:
         if dim is None:
             return Tensor._record(
-                "mean",
-                _ops.mean(self.data),
-                (self,),
-                self_sizes=tuple(self.shape),
-                numel=self.numel(),
+                "mean", _ops.mean(self.data), (self,), self_sizes=self.shape, numel=self.numel()
             )
         dims = _normalize_dims(dim, self.dim())
         count = 1
@@ -364,13 +426,14 @@ class Tensor:
             "mean_dim",
             _ops.mean(self.data, dim=dims, keepdim=keepdim),
             (self,),
-            self_sizes=tuple(self.shape),
+            self_sizes=self.shape,
             dim=dims,
             keepdim=keepdim,
             count=count,
         )
 
     def max(self, dim: int | None = None, keepdim: bool = False):
+        """The largest value; with ``dim``, ``(values, indices)`` along it, as torch's."""
         if dim is None:
             return Tensor._record(
                 "max",
@@ -380,37 +443,45 @@ class Tensor:
                 save_output="result",
             )
         values, indices = _ops.max(self.data, dim=dim, keepdim=keepdim)
+        indices = Tensor(indices)
         out = Tensor._record(
             "max_dim",
             values,
             (self,),
-            self_sizes=tuple(self.shape),
+            save={"indices": indices},
+            self_sizes=self.shape,
             dim=dim % self.dim(),
             keepdim=keepdim,
-            indices=indices,
         )
-        return out, Tensor(indices)
+        return MaxResult(out, indices)
 
     # ------------------------------------------------------------ shapes and views
     def _view_of(self, out: Tensor) -> Tensor:
-        out._version_counter = self._version_counter  # views share the base's version counter
+        """Make ``out`` a view of this tensor: same data, so the same version counter."""
+        out._version_counter = self._version_counter
+        out._base = self if self._base is None else self._base
         return out
 
     def view(self, *shape) -> Tensor:
         shape = _shape_args(shape)
         return self._view_of(
-            Tensor._record(
-                "view", _ops.view(self.data, shape), (self,), self_sizes=tuple(self.shape)
-            )
+            Tensor._record("view", _ops.view(self.data, shape), (self,), self_sizes=self.shape)
         )
 
     def reshape(self, *shape) -> Tensor:
+        """A view when the strides allow one (``view``, or ``_reshape_alias`` for a
+        non-contiguous tensor), else a copy, as ``at::reshape`` decides."""
         shape = _shape_args(shape)
-        if _ops.is_contiguous(self.data):  # reshape is a view when it can be, a copy when it must
+        if _ops.is_contiguous(self.data):
             return self.view(*shape)
+        alias = _ops.view_if_possible(self.data, shape)
+        if alias is not None:
+            return self._view_of(
+                Tensor._record("reshape_alias", alias, (self,), self_sizes=self.shape)
+            )
         copy = Tensor._record("clone", _ops.clone(self.data), (self,))
         return Tensor._record(
-            "unsafe_view", _ops.reshape(copy.data, shape), (copy,), self_sizes=tuple(copy.shape)
+            "unsafe_view", _ops.reshape(copy.data, shape), (copy,), self_sizes=copy.shape
         )
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
@@ -421,7 +492,7 @@ class Tensor:
         )
 
     def t(self) -> Tensor:
-        return self._view_of(Tensor._record("t", _ops.transpose(self.data, 0, 1), (self,)))
+        return self._view_of(Tensor._record("t", _ops.t(self.data), (self,)))
 
     def permute(self, *dims) -> Tensor:
         dims = tuple(d % self.dim() for d in _shape_args(dims))
@@ -432,9 +503,7 @@ class Tensor:
     def expand(self, *sizes) -> Tensor:
         sizes = _shape_args(sizes)
         return self._view_of(
-            Tensor._record(
-                "expand", _ops.expand(self.data, sizes), (self,), self_sizes=tuple(self.shape)
-            )
+            Tensor._record("expand", _ops.expand(self.data, sizes), (self,), self_sizes=self.shape)
         )
 
     def unsqueeze(self, dim: int) -> Tensor:
@@ -445,55 +514,38 @@ class Tensor:
 
     def squeeze(self, dim: int | None = None) -> Tensor:
         if dim is None:
-            return self._view_of(
-                Tensor._record(
-                    "squeeze", _ops.squeeze(self.data), (self,), self_sizes=tuple(self.shape)
-                )
-            )
-        return self._view_of(
-            Tensor._record(
-                "squeeze_dim", _ops.squeeze(self.data, dim), (self,), self_sizes=tuple(self.shape)
-            )
-        )
+            data, op = _ops.squeeze(self.data), "squeeze"
+        else:
+            data, op = _ops.squeeze(self.data, dim), "squeeze_dim"
+        return self._view_of(Tensor._record(op, data, (self,), self_sizes=self.shape))
 
     def __getitem__(self, key) -> Tensor:
+        """Ints and slices (one view node per indexed dimension, as torch), or a 1-d index tensor."""
         if isinstance(key, Tensor):  # integer-array indexing along dim 0: a gather, not a view
             return Tensor._record(
                 "index",
                 _ops.index_select(self.data, 0, key.data),
                 (self,),
-                self_sizes=tuple(self.shape),
-                index=key.data,
+                save={"indices": key},
+                self_sizes=self.shape,
             )
-        keys = key if isinstance(key, tuple) else (key,)
-        out = self
-        dim = 0
-        for k in keys:  # torch records one node per indexed dimension
-            if isinstance(k, int):
-                out = out._view_of(
-                    Tensor._record(
-                        "select",
-                        _ops.select(out.data, dim, k),
-                        (out,),
-                        self_sizes=tuple(out.shape),
-                        key=(slice(None),) * dim + (k,),
-                    )
-                )
-            elif isinstance(k, slice):
-                if k == slice(None):
-                    dim += 1
-                    continue
-                key_d = (slice(None),) * dim + (k,)
-                out = out._view_of(
-                    Tensor._record(
-                        "slice", out.data[key_d], (out,), self_sizes=tuple(out.shape), key=key_d
-                    )
-                )
+        out, dim = self, 0
+        for k in key if isinstance(key, tuple) else (key,):
+            if isinstance(k, slice) and k == slice(None):
                 dim += 1
-            else:
+                continue
+            if not isinstance(k, (int, slice)):
                 raise TypeError(
                     f"retorch.autograd indexing supports ints, slices and 1-d index tensors, got {k!r}"
                 )
+            key_d = (slice(None),) * dim + (k,)
+            op = "select" if isinstance(k, int) else "slice"
+            out = out._view_of(
+                Tensor._record(
+                    op, _ops.index(out.data, key_d), (out,), self_sizes=out.shape, key=key_d
+                )
+            )
+            dim += op == "slice"  # a select removes its dimension
         return out
 
     # ------------------------------------------------------------ linear algebra and friends
@@ -526,7 +578,7 @@ class Tensor:
             out = folded.matmul(other)
             shape = tuple(self.shape[:-1]) + (other.shape[-1],)
             return Tensor._record(
-                "unsafe_view", _ops.reshape(out.data, shape), (out,), self_sizes=tuple(out.shape)
+                "unsafe_view", _ops.reshape(out.data, shape), (out,), self_sizes=out.shape
             )
         if a >= 3 and b >= 3 and self.shape[:-2] == other.shape[:-2]:
             batch = tuple(self.shape[:-2])
@@ -536,10 +588,11 @@ class Tensor:
             )
             shape = batch + tuple(out.shape[-2:])
             return Tensor._record(
-                "unsafe_view", _ops.reshape(out.data, shape), (out,), self_sizes=tuple(out.shape)
+                "unsafe_view", _ops.reshape(out.data, shape), (out,), self_sizes=out.shape
             )
         raise RuntimeError(
-            f"retorch.autograd matmul does not support shapes {tuple(self.shape)} @ {tuple(other.shape)}"
+            f"retorch.autograd matmul does not support shapes {tuple(self.shape)} @ "
+            f"{tuple(other.shape)}: use 1-d, 2-d, (batch..., n, k) @ (k, m), or equal batch shapes"
         )
 
     def softmax(self, dim: int) -> Tensor:
@@ -555,27 +608,60 @@ class Tensor:
     # ------------------------------------------------------------ helpers used by the formulas
     @staticmethod
     def _sum_to(t: Tensor, shape) -> Tensor:
-        """Differentiably sum ``t`` down to ``shape`` (reverse broadcasting)."""
-        if tuple(t.shape) == tuple(shape):
+        """Differentiably sum ``t`` down to ``shape`` (reverse broadcasting, ``at::sum_to``)."""
+        if t.shape == shape:
             return t
         lead = t.dim() - len(shape)
         dims = list(range(lead)) + [
             lead + i for i, n in enumerate(shape) if n == 1 and t.shape[lead + i] != 1
         ]
-        out = t.sum(dims, keepdim=True)
-        return out.reshape(*shape) if lead else out
+        out = t.sum(dims, keepdim=True) if dims else t
+        return out.view(*shape) if lead else out
 
-    def _scatter_into_zeros(self, shape, key) -> Tensor:
-        """The gradient of select/slice: zeros of ``shape`` with ``self`` at ``key``."""
-        if grad_mode._enabled and self.requires_grad:
-            return _SelectBackwardOp.apply(self, shape, key)
-        return Tensor(_ops.scatter_into_zeros(shape, self.data, key, self.data))
+    def _select_backward(self, op: str, shape, key) -> Tensor:
+        """The gradient of select/slice: zeros of ``shape`` with this gradient at ``key``."""
+        return Tensor._record(
+            f"{op}_backward",
+            _ops.scatter_into_zeros(shape, self.data, key, self.data),
+            (self,),
+            key=key,
+        )
 
-    def _index_add_zeros(self, shape, dim, index) -> Tensor:
-        out = _ops.index_add_zeros(shape, self.data, dim, index, self.data)
-        if grad_mode._enabled and self.requires_grad:
-            return _IndexBackwardOp.apply(self, shape, index)
-        return Tensor(out)
+    def _index_backward(self, shape, index) -> Tensor:
+        """The gradient of indexing with ``index``: zeros of ``shape``, this gradient added in."""
+        return Tensor._record(
+            "index_backward",
+            _ops.index_add_zeros(shape, self.data, 0, index, self.data),
+            (self,),
+            index=index,
+        )
+
+
+class MaxResult(NamedTuple):
+    """What ``max(dim)`` returns (torch.return_types.max)."""
+
+    values: Tensor
+    indices: Tensor
+
+
+class _WrappedNumber(Tensor):
+    """A Python number used in a tensor op (ATen's "wrapped number"): hooks never see it saved."""
+
+    __slots__ = ()
+    _is_wrapped_number = True
+
+
+def _save(node: Node, op: str, tensors: dict) -> None:
+    """Save what the formula needs, skipping what only unneeded gradients would use."""
+    used_by = USED_BY.get(op)
+    for name, tensor in tensors.items():
+        if used_by is not None:
+            for i in used_by[name]:
+                if node.next_functions[i][0] is not None:
+                    break
+            else:
+                continue
+        setattr(node, name, SavedVariable(tensor))
 
 
 def _normalize_dims(dim, ndim: int) -> tuple[int, ...]:
@@ -591,47 +677,22 @@ def _shape_args(shape) -> tuple[int, ...]:
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
     """``retorch.autograd.tensor(data, requires_grad=False)``: a leaf wrapping a torch tensor."""
-    array = _ops.as_array(data)
-    if dtype is not None:
-        array = array.to(dtype)
-    return Tensor(array, requires_grad=requires_grad)
+    return Tensor(_ops.as_array(data, dtype), requires_grad=requires_grad)
+
+
+def where(condition, input: Tensor, other) -> Tensor:
+    """``torch.where(condition, input, other)``: ``input`` where ``condition``, else ``other``."""
+    return input.where(condition, other)
 
 
 def cross_entropy(logits: Tensor, target) -> Tensor:
     """Mean cross-entropy over class indices, as ``F.cross_entropy``: log_softmax, then nll_loss."""
-    target = target.data if isinstance(target, Tensor) else _ops.as_array(target)
+    target = target if isinstance(target, Tensor) else Tensor(_ops.as_array(target))
     logp = logits.log_softmax(1)
+    total_weight = Tensor(_ops.scalar(logp.shape[0], logp.data))  # nll_loss's second output
     return Tensor._record(
         "nll_loss",
-        _ops.nll_loss(logp.data, target),
+        _ops.nll_loss(logp.data, target.data),
         (logp,),
-        self_sizes=tuple(logp.shape),
-        target=target,
+        save={"self_": logp, "target": target, "total_weight": total_weight},
     )
-
-
-from .function import Function  # noqa: E402  (Function builds on Tensor)
-
-
-class _SelectBackwardOp(Function):
-    """Differentiable "scatter into zeros", so select/slice support double backward."""
-
-    @staticmethod
-    def forward(ctx, grad, shape, key):
-        ctx.key = key
-        return Tensor(_ops.scatter_into_zeros(shape, grad.data, key, grad.data))
-
-    @staticmethod
-    def backward(ctx, g):
-        return g[ctx.key], None, None
-
-
-class _IndexBackwardOp(Function):
-    @staticmethod
-    def forward(ctx, grad, shape, index):
-        ctx.index = index
-        return Tensor(_ops.index_add_zeros(shape, grad.data, 0, index, grad.data))
-
-    @staticmethod
-    def backward(ctx, g):
-        return g[Tensor(ctx.index)], None, None

@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import torch
 
-from . import _fused
-from .optimizer import Optimizer
+from .optimizer import (
+    Optimizer,
+    _default_to_foreach,
+    _device_dtype_check_for_fused,
+    _get_scalar_dtype,
+    _use_grad_for_differentiable,
+)
 
 
 class Adam(Optimizer):
+    """Adam: per-parameter steps scaled by running averages of the gradient and its square."""
+
     def __init__(
         self,
         params,
@@ -44,10 +51,11 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
         if not 0.0 <= weight_decay:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if fused and foreach:
-            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         if capturable or differentiable:
-            raise ValueError("retorch's Adam supports neither capturable nor differentiable")
+            raise NotImplementedError(
+                "retorch's Adam has neither a capturable (CUDA graph) nor a differentiable step; "
+                "use torch.optim.Adam for those"
+            )
         defaults = dict(
             lr=lr,
             betas=betas,
@@ -62,6 +70,8 @@ class Adam(Optimizer):
             decoupled_weight_decay=decoupled_weight_decay,
         )
         super().__init__(params, defaults)
+        if fused and foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
 
     def _init_group(
         self, group, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps
@@ -69,11 +79,23 @@ class Adam(Optimizer):
         for p in group["params"]:
             if p.grad is None:
                 continue
+            if p.grad.is_sparse:
+                raise RuntimeError(
+                    "Adam does not support sparse gradients, please consider SparseAdam instead"
+                )
             params.append(p)
             grads.append(p.grad)
             state = self.state[p]
             if len(state) == 0:  # lazy state initialisation, at the first step that sees a gradient
-                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                if group["fused"]:
+                    _device_dtype_check_for_fused(p)
+                # The loop reads step with .item(), so it lives on the CPU; fused kernels read
+                # it on the parameter's device.
+                state["step"] = (
+                    torch.zeros((), dtype=_get_scalar_dtype(is_fused=True), device=p.device)
+                    if group["fused"]
+                    else torch.tensor(0.0, dtype=_get_scalar_dtype())
+                )
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 if group["amsgrad"]:
@@ -86,24 +108,24 @@ class Adam(Optimizer):
                 max_exp_avg_sqs.append(state["max_exp_avg_sq"])
             state_steps.append(state["step"])
 
-    @torch.no_grad()
+    @_use_grad_for_differentiable
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
-            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps = (
-                [],
-                [],
-                [],
-                [],
-                [],
-                [],
-            )
+            params, grads, exp_avgs, exp_avg_sqs = [], [], [], []
+            max_exp_avg_sqs, state_steps = [], []
             self._init_group(
                 group, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps
             )
+            foreach = group["foreach"]
+            if foreach is None and not group["fused"]:
+                foreach = _default_to_foreach(params, group["differentiable"])
             if group["fused"]:
                 impl = _fused_adam
-            elif group["foreach"]:
+            elif foreach:
                 impl = _multi_tensor_adam
             else:
                 impl = _single_tensor_adam
@@ -189,7 +211,9 @@ def _multi_tensor_adam(
         return
     if maximize:
         grads = torch._foreach_neg(grads)
-    torch._foreach_add_(state_steps, 1)
+    # One tensor 1.0 for the whole list, as torch does: a Python 1 would be wrapped into a new
+    # tensor for each CPU step tensor.
+    torch._foreach_add_(state_steps, torch.tensor(1.0), alpha=1.0)
     if weight_decay != 0:
         if decoupled_weight_decay:
             torch._foreach_mul_(params, 1 - lr * weight_decay)
@@ -233,11 +257,17 @@ def _fused_adam(
 ):
     if not params:
         return
-    if any(p.dtype != torch.float32 or not p.is_contiguous() for p in params):
-        raise RuntimeError("retorch's fused Adam supports contiguous float32 parameters only")
+    from . import _fused  # Numba takes about a second to load: only fused steps pay for it
+
     torch._foreach_add_(state_steps, 1)
-    options = dict(
-        step=state_steps[0].item(),
+    step = _fused_adam_cuda if params[0].is_cuda else _fused.adam_step_cpu
+    step(
+        params,
+        [g.contiguous() for g in grads],
+        exp_avgs,
+        exp_avg_sqs,
+        max_exp_avg_sqs,
+        steps=torch.stack(state_steps).tolist(),
         lr=lr,
         beta1=beta1,
         beta2=beta2,
@@ -247,19 +277,26 @@ def _fused_adam(
         maximize=maximize,
         adamw=decoupled_weight_decay,
     )
-    if params[0].is_cuda:
-        # The CUDA kernel takes flat buffers: gather, update in one launch, scatter back.
-        # (Numba reads CUDA tensors through __cuda_array_interface__, without copies.)
-        groups = [params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else exp_avgs]
-        flat = [torch.cat([t.reshape(-1) for t in ts]) for ts in groups]
-        _fused.adam_step_cuda(*flat, **options)
-        sizes = [t.numel() for t in params]
-        for ts, buffer in list(zip(groups, flat))[: 5 if amsgrad else 4]:
-            if ts is not grads:
-                torch._foreach_copy_(ts, list(buffer.split(sizes)))
-        return
-    arrays = [
-        [t.view(-1).numpy() for t in ts]
-        for ts in (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
-    ]
-    _fused.adam_step_cpu(*arrays, **options)
+
+
+def _fused_adam_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **options):
+    """Lay the tensors end to end in flat buffers, step them in one launch, copy them back.
+
+    Numba-CUDA kernels take arrays, not lists of tensors. The gather and scatter cost three
+    extra passes over memory, which ATen avoids by passing the kernel a table of addresses.
+    On CPU tensors this runs the kernel under the CUDA simulator (tests, notebooks).
+    """
+    from . import _fused
+
+    lists = [params, grads, exp_avgs, exp_avg_sqs] + (
+        [max_exp_avg_sqs] if options["amsgrad"] else []
+    )
+    flat = [torch.cat([t.reshape(-1) for t in ts]) for ts in lists]
+    if not options["amsgrad"]:  # the kernel's max_exp_avg_sq argument, never touched
+        flat.append(flat[0].new_empty(0))
+    arrays = [f if f.is_cuda else f.numpy() for f in flat]
+    numels = [p.numel() for p in params]
+    _fused.adam_step_cuda(*arrays, numels, **options)
+    for ts, buffer in zip(lists, flat):
+        if ts is not grads:
+            torch._foreach_copy_(ts, [b.view_as(t) for b, t in zip(buffer.split(numels), ts)])

@@ -8,13 +8,30 @@ Each scheduler computes the next ``lr`` of every param group from the current on
 from __future__ import annotations
 
 import math
+import types
+import warnings
 from bisect import bisect_right
 from collections import Counter
 
 from .optimizer import Optimizer
 
+EPOCH_DEPRECATION_WARNING = (
+    "The epoch parameter in `scheduler.step()` was not necessary and is being "
+    "deprecated where possible. Please use `scheduler.step()` to step the "
+    "scheduler. During the deprecation, if epoch is different from None, the "
+    "closed form is used instead of the new chainable form, where available. "
+    "Please open an issue if you are unable to replicate your use case: "
+    "https://github.com/pytorch/pytorch/issues/new/choose."
+)
+
 
 class LRScheduler:
+    """Base class: sets ``group["lr"]`` of every param group from ``get_lr()`` at each ``step()``.
+
+    Building a scheduler already takes one step (epoch 0), which may change the lr: LinearLR
+    multiplies it by ``start_factor`` before the first optimizer step.
+    """
+
     _is_initial: bool = False
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
@@ -28,8 +45,12 @@ class LRScheduler:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
                     raise KeyError(
-                        f"param 'initial_lr' is not specified in param_groups[{i}] when resuming scheduler "
-                        "with last_epoch >= 0."
+                        f"param 'initial_lr' is not specified in param_groups[{i}] when resuming "
+                        "scheduler with last_epoch >= 0.\n"
+                        "This typically happens when:\n"
+                        "1. You're trying to resume training from a checkpoint but haven't properly "
+                        "loaded the optimizer state\n"
+                        "2. You're using last_epoch >= 0 for a fresh training run (not recommended)"
                     )
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
@@ -38,21 +59,28 @@ class LRScheduler:
     def _initial_step(self) -> None:
         self._step_count = 0
         self._is_initial = True
-        self.step()
-        self._is_initial = False
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def get_last_lr(self) -> list[float]:
+        """The lr of each param group as set by the latest ``step()``."""
         return self._last_lr
 
     def get_lr(self) -> list[float]:
+        """The next lr of each param group, computed from the current ones (chainable form)."""
         raise NotImplementedError
 
     def _group_lrs(self) -> list[float]:
         return [group["lr"] for group in self.optimizer.param_groups]
 
-    def step(self) -> None:
+    def step(self, epoch: int | None = None) -> None:
+        """Advance one epoch; call it after ``optimizer.step()``."""
         self._step_count += 1
-        self._update_lr()
+        if epoch is not None:
+            warnings.warn(EPOCH_DEPRECATION_WARNING, UserWarning, stacklevel=2)
+        self._update_lr(epoch)
 
     def _update_lr(self, epoch: int | None = None) -> None:
         if epoch is None:
@@ -88,6 +116,25 @@ class LambdaLR(LRScheduler):
                 raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
             self.lr_lambdas = list(lr_lambda)
         super().__init__(optimizer, last_epoch)
+
+    def state_dict(self) -> dict:
+        """Functions are not saved, only the attributes of callable objects."""
+        state_dict = {
+            k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")
+        }
+        state_dict["lr_lambdas"] = [
+            None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+            for fn in self.lr_lambdas
+        ]
+        return state_dict
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        lr_lambdas = state_dict.pop("lr_lambdas")
+        self.__dict__.update(state_dict)
+        for fn, saved in zip(self.lr_lambdas, lr_lambdas):
+            if saved is not None:
+                fn.__dict__.update(saved)
 
     def get_lr(self):
         return [
@@ -229,6 +276,10 @@ class SequentialLR(LRScheduler):
                 f"{self.__class__.__name__} expects at least one scheduler, but got no scheduler."
             )
         for idx, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(
+                    f"{self.__class__.__name__} at index {idx} should have `optimizer` as its attribute."
+                )
             if optimizer != scheduler.optimizer:
                 raise ValueError(
                     f"{self.__class__.__name__} expects all schedulers to belong to the same optimizer, but got "
@@ -246,11 +297,19 @@ class SequentialLR(LRScheduler):
         self.optimizer = optimizer
         for group in self.optimizer.param_groups:
             group["lr"] = group["initial_lr"]
-        for scheduler in self._schedulers:  # undo the initial step each scheduler took when built
-            scheduler.last_epoch -= 1
+        self.recursive_undo()
         idx = bisect_right(self._milestones, 0)
         self._schedulers[idx]._initial_step()
         self._last_lr = self._schedulers[idx].get_last_lr()
+
+    def recursive_undo(self, sched=None) -> None:
+        """Undo the initial step that each scheduler, nested ones too, took when it was built."""
+        scheds = self if sched is None else sched
+        if hasattr(scheds, "_schedulers"):
+            for s in scheds._schedulers:
+                self.recursive_undo(s)
+        elif hasattr(scheds, "last_epoch"):
+            scheds.last_epoch -= 1
 
     def step(self) -> None:
         self.last_epoch += 1
@@ -261,3 +320,17 @@ class SequentialLR(LRScheduler):
         else:
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self) -> dict:
+        state_dict = {
+            k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")
+        }
+        state_dict["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state_dict
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        schedulers = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for scheduler, saved in zip(self._schedulers, schedulers):
+            scheduler.load_state_dict(saved)

@@ -9,6 +9,7 @@ into any optimizer with the same group sizes, torch's or ours.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections import defaultdict
 from copy import deepcopy
@@ -26,8 +27,46 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
+def _use_grad_for_differentiable(func):
+    """Run ``step`` with autograd off, unless the optimizer is ``differentiable``."""
+
+    @functools.wraps(func)
+    def _use_grad(self, *args, **kwargs):
+        prev_grad = torch.is_grad_enabled()
+        try:
+            torch.set_grad_enabled(self.defaults["differentiable"])
+            return func(self, *args, **kwargs)
+        finally:
+            torch.set_grad_enabled(prev_grad)
+
+    return _use_grad
+
+
+def _default_to_foreach(params: list[torch.Tensor], differentiable: bool) -> bool:
+    """torch's default for ``foreach=None``: batched kernels pay off on GPUs only."""
+    return not differentiable and all(p.device.type == "cuda" for p in params)
+
+
+def _get_scalar_dtype(is_fused: bool | None = None) -> torch.dtype:
+    """The dtype of ``state["step"]``: float32, or float64 when that is the default dtype."""
+    if is_fused:
+        return torch.float32
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def _device_dtype_check_for_fused(p: torch.Tensor) -> None:
+    if not (p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 and p.is_contiguous()):
+        raise RuntimeError(
+            "`fused=True` in retorch requires all the params to be contiguous float32 Tensors "
+            f"on cpu or cuda, but got {p.dtype} on {p.device.type}"
+            f"{'' if p.is_contiguous() else ' (not contiguous)'}; use foreach=True instead"
+        )
+
+
 class Optimizer:
-    """Base class: subclasses implement ``step`` from ``param_groups`` and ``state``."""
+    """Base class of all optimizers. Subclasses implement ``step`` from ``param_groups`` and
+    ``state``; this class owns the bookkeeping: building groups, zeroing gradients, and
+    packing everything into torch's ``state_dict`` format and back."""
 
     def __init__(self, params, defaults: dict[str, Any]) -> None:
         self.defaults = defaults
@@ -49,7 +88,7 @@ class Optimizer:
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group of parameters with its own options (missing options come from ``defaults``)."""
         if not isinstance(param_group, dict):
-            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
         params = param_group["params"]
         if isinstance(params, torch.Tensor):
             param_group["params"] = [params]
@@ -60,6 +99,15 @@ class Optimizer:
             )
         else:
             param_group["params"] = list(params)
+        # named_parameters() gives (name, tensor) pairs: keep the names next to the tensors.
+        names = [p[0] for p in param_group["params"] if isinstance(p, tuple)]
+        param_group["params"] = [p[1] if isinstance(p, tuple) else p for p in param_group["params"]]
+        if names:
+            if len(names) != len(param_group["params"]):
+                raise ValueError(
+                    "all optimizer params should be with/without names. Some param names are missing"
+                )
+            param_group["param_names"] = names
         for param in param_group["params"]:
             if not isinstance(param, torch.Tensor):
                 raise TypeError(
@@ -81,12 +129,26 @@ class Optimizer:
                 "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information",
                 stacklevel=3,
             )
+        for group in self.param_groups:
+            if ("param_names" in param_group) != ("param_names" in group):
+                current_group_txt = (
+                    "with names" if "param_names" in param_group else "without names"
+                )
+                raise ValueError(
+                    "all optimizer param groups should be with/without names. "
+                    f"cannot add param group {current_group_txt} to the optimizer"
+                )
         seen = set(chain.from_iterable(group["params"] for group in self.param_groups))
         if not seen.isdisjoint(param_group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every ``.grad`` (``set_to_none``), or fill it with zeros in place.
+
+        The two differ: a parameter whose grad is None is skipped by ``step``, while a zero
+        gradient still moves it through momentum and weight decay.
+        """
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -100,15 +162,9 @@ class Optimizer:
                         p.grad.zero_()
 
     def step(self, closure=None):
+        """Update the parameters once; ``closure`` (re)computes and returns the loss."""
         raise NotImplementedError
 
-    def _closure_loss(self, closure):
-        if closure is None:
-            return None
-        with torch.enable_grad():
-            return closure()
-
-    # ------------------------------------------------------------ state_dict
     def state_dict(self) -> dict[str, Any]:
         """``{"state": {index: buffers}, "param_groups": [options + "params": [indices]]}``."""
         param_mappings: dict[int, int] = {}
@@ -136,17 +192,17 @@ class Optimizer:
         return {"state": packed_state, "param_groups": param_groups}
 
     @staticmethod
-    def _cast_state(param: torch.Tensor, value: Any, key: str | None = None) -> Any:
-        """Move loaded state next to its parameter; ``step`` stays as saved (a CPU scalar)."""
-        if isinstance(value, torch.Tensor):
-            if key == "step":
-                return value
-            if param.is_floating_point():
-                return value.to(dtype=param.dtype, device=param.device)
-            return value.to(device=param.device)
-        if isinstance(value, dict):
-            return {k: Optimizer._cast_state(param, v, key=k) for k, v in value.items()}
-        return value
+    def _process_value_according_to_param_policy(param, value, param_id, param_groups, key=None):
+        """Move a loaded state tensor next to its parameter; ``step`` stays a CPU scalar
+        unless the group is fused, whose kernels read it on the parameter's device."""
+        fused = next(
+            (g.get("fused", False) for g in param_groups if param_id in g["params"]), False
+        )
+        if key == "step":
+            return value.to(dtype=torch.float32, device=param.device) if fused else value
+        if param.is_floating_point():
+            return value.to(dtype=param.dtype, device=param.device)
+        return value.to(device=param.device)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state_dict saved by this optimizer, or by torch's optimizer of the same kind."""
@@ -157,8 +213,10 @@ class Optimizer:
             raise ValueError("loaded state dict has a different number of parameter groups")
         if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
             raise ValueError(
-                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group"
+                "loaded state dict contains a parameter group that doesn't match the size of "
+                "optimizer's group"
             )
+        # Saved ids and our parameters pair up by position, with no further check.
         id_map = dict(
             zip(
                 chain.from_iterable(g["params"] for g in saved_groups),
@@ -168,11 +226,21 @@ class Optimizer:
         state: defaultdict[torch.Tensor, Any] = defaultdict(dict)
         for k, v in state_dict["state"].items():
             if k in id_map:
-                state[id_map[k]] = self._cast_state(id_map[k], v)
+                param = id_map[k]
+                state[param] = {
+                    key: self._process_value_according_to_param_policy(
+                        param, value, k, state_dict["param_groups"], key
+                    )
+                    if isinstance(value, torch.Tensor)
+                    else value
+                    for key, value in v.items()
+                }
             else:
                 state[k] = v
         for group, new_group in zip(groups, saved_groups):
             new_group["params"] = group["params"]
+            if "param_names" in group and "param_names" not in new_group:
+                new_group["param_names"] = group["param_names"]
         self.state, self.param_groups = state, saved_groups
 
     def __repr__(self) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from .optimizer import Optimizer
+from .optimizer import Optimizer, _default_to_foreach, _use_grad_for_differentiable
 
 
 class SGD(Optimizer):
+    """Stochastic gradient descent, optionally with (Nesterov) momentum and weight decay."""
+
     def __init__(
         self,
         params,
@@ -36,7 +38,9 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         if fused:
-            raise RuntimeError("retorch's SGD has no fused implementation; use foreach=True")
+            raise NotImplementedError(
+                "retorch rebuilds fused kernels for Adam and AdamW only; use SGD(..., foreach=True)"
+            )
         defaults = dict(
             lr=lr,
             momentum=momentum,
@@ -50,9 +54,12 @@ class SGD(Optimizer):
         )
         super().__init__(params, defaults)
 
-    @torch.no_grad()
+    @_use_grad_for_differentiable
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             grads = [p.grad for p in params]
@@ -61,7 +68,10 @@ class SGD(Optimizer):
                 if group["momentum"] != 0
                 else []
             )
-            impl = _multi_tensor_sgd if group["foreach"] else _single_tensor_sgd
+            foreach = group["foreach"]
+            if foreach is None:
+                foreach = _default_to_foreach(params, group["differentiable"])
+            impl = _multi_tensor_sgd if foreach else _single_tensor_sgd
             impl(
                 params,
                 grads,

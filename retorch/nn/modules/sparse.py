@@ -11,7 +11,11 @@ from .module import Module
 
 
 class Embedding(Module):
-    """A lookup table: row ``i`` of ``weight`` is the vector for index ``i``."""
+    """A lookup table: row ``i`` of ``weight`` is the vector for index ``i``.
+
+    Initialised from N(0, 1), with the ``padding_idx`` row (if any) zeroed; that row gets no
+    gradient in ``forward``.
+    """
 
     def __init__(
         self,
@@ -33,12 +37,12 @@ class Embedding(Module):
         self.embedding_dim = embedding_dim
         if padding_idx is not None:
             if padding_idx > 0:
-                if padding_idx >= num_embeddings:
+                if padding_idx >= self.num_embeddings:
                     raise AssertionError("Padding_idx must be within num_embeddings")
             elif padding_idx < 0:
-                if padding_idx < -num_embeddings:
+                if padding_idx < -self.num_embeddings:
                     raise AssertionError("Padding_idx must be within num_embeddings")
-                padding_idx = num_embeddings + padding_idx
+                padding_idx = self.num_embeddings + padding_idx
         self.padding_idx = padding_idx
         self.max_norm = max_norm
         self.norm_type = norm_type
@@ -59,6 +63,9 @@ class Embedding(Module):
 
     def reset_parameters(self) -> None:
         init.normal_(self.weight)
+        self._fill_padding_idx_with_zero()
+
+    def _fill_padding_idx_with_zero(self) -> None:
         if self.padding_idx is not None:
             with torch.no_grad():
                 self.weight[self.padding_idx].fill_(0)
@@ -87,3 +94,31 @@ class Embedding(Module):
         if self.sparse is not False:
             s += ", sparse=True"
         return s.format(**self.__dict__)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings,
+        freeze=True,
+        padding_idx=None,
+        max_norm=None,
+        norm_type=2.0,
+        scale_grad_by_freq=False,
+        sparse=False,
+    ):
+        """An Embedding whose weight is ``embeddings`` (frozen unless ``freeze=False``)."""
+        if embeddings.dim() != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        embedding = cls(
+            num_embeddings=rows,
+            embedding_dim=cols,
+            _weight=embeddings,
+            _freeze=freeze,
+            padding_idx=padding_idx,
+            max_norm=max_norm,
+            norm_type=norm_type,
+            scale_grad_by_freq=scale_grad_by_freq,
+            sparse=sparse,
+        )
+        return embedding

@@ -1,25 +1,37 @@
 """Samplers: the order in which a DataLoader visits indices. Mirrors torch/utils/data/sampler.py.
 
-``RandomSampler`` consumes torch's random number generator exactly as torch's does (one int64
-draw for a fresh generator's seed, then ``randperm``), so under the same ``torch.manual_seed``
-both visit the same order.
+``RandomSampler`` consumes torch's random number generator exactly as torch's does: without a
+``generator`` it draws one int64 from the global generator to seed a fresh one, then calls
+``randperm`` (or ``randint`` in chunks of 32 with replacement). Under the same
+``torch.manual_seed`` both therefore visit the same order and leave the global generator in
+the same state. All sampling happens lazily, at the first ``next``, because ``__iter__`` is a
+generator function.
+
+Torch's ``SubsetRandomSampler`` and ``WeightedRandomSampler`` are not rebuilt here.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 
 import torch
 
 
 class Sampler:
-    """Base class: an iterable over dataset indices (or lists of indices)."""
+    """Base class: an iterable over dataset indices (or lists of indices). Mirrors ``Sampler``.
+
+    Like torch's, it defines no ``__len__``: ``len()`` raises ``TypeError`` unless a subclass
+    defines one, so ``list(sampler)`` can still fall back to plain iteration.
+    """
 
     def __iter__(self) -> Iterator:
         raise NotImplementedError
 
 
 class SequentialSampler(Sampler):
+    """Indices ``0, 1, ..., len(data_source) - 1``, in that order."""
+
     def __init__(self, data_source) -> None:
         self.data_source = data_source
 
@@ -31,11 +43,15 @@ class SequentialSampler(Sampler):
 
 
 class RandomSampler(Sampler):
-    """A random permutation (or, with ``replacement``, independent draws) of the indices."""
+    """A random permutation of the indices, or ``num_samples`` independent draws with replacement.
+
+    Without replacement and ``num_samples > len(data_source)``, whole permutations are
+    concatenated and the last one is cut short.
+    """
 
     def __init__(
         self, data_source, replacement: bool = False, num_samples: int | None = None, generator=None
-    ):
+    ) -> None:
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = num_samples
@@ -46,11 +62,13 @@ class RandomSampler(Sampler):
             )
         if not isinstance(self.num_samples, int) or self.num_samples <= 0:
             raise ValueError(
-                f"num_samples should be a positive integer value, but got num_samples={self.num_samples}"
+                "num_samples should be a positive integer value, "
+                f"but got num_samples={self.num_samples}"
             )
 
     @property
     def num_samples(self) -> int:
+        # Read at every epoch: the dataset may grow or shrink between epochs.
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self) -> Iterator[int]:
@@ -79,7 +97,10 @@ class RandomSampler(Sampler):
 
 
 class BatchSampler(Sampler):
-    """Group another sampler's indices into lists of ``batch_size`` (the last one may be short)."""
+    """Group another sampler's indices into lists of ``batch_size``; the last may be short.
+
+    ``sampler`` may be any iterable of indices. With ``drop_last`` a short last batch is dropped.
+    """
 
     def __init__(self, sampler, batch_size: int, drop_last: bool) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
@@ -88,17 +109,22 @@ class BatchSampler(Sampler):
             )
         if not isinstance(drop_last, bool):
             raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
-        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
-        batch = []
-        for idx in self.sampler:
-            batch.append(idx)
-            if len(batch) == self.batch_size:
+        sampler_iter = iter(self.sampler)
+        if self.drop_last:
+            # zip over batch_size references to one iterator takes batch_size items at a time
+            # and stops, dropping the remainder, as soon as one of them is exhausted.
+            for batch in zip(*[sampler_iter] * self.batch_size):
+                yield [*batch]
+        else:
+            batch = [*itertools.islice(sampler_iter, self.batch_size)]
+            while batch:
                 yield batch
-                batch = []
-        if batch and not self.drop_last:
-            yield batch
+                batch = [*itertools.islice(sampler_iter, self.batch_size)]
 
     def __len__(self) -> int:
         if self.drop_last:
