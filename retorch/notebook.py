@@ -7,8 +7,10 @@ redefine a retorch function by hand; ``tools/check_single_source.py`` enforces t
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -26,30 +28,93 @@ def source_path(obj: Any) -> str:
         return path.name
 
 
-def show(*objs: Any):
-    """Display the source of retorch functions, methods or classes, headed by their file."""
+#: A listing longer than this stands behind a toggle; the prose walks its key lines instead.
+OPEN_LINES = 25
+
+
+def _source(obj: Any) -> tuple[list[str], int]:
+    obj = getattr(obj, "py_func", obj)  # a Numba dispatcher shows the Python it compiles
+    lines, start = inspect.getsourcelines(obj)
+    # dedent, not cleandoc: cleandoc strips the first line on its own, so a method whose
+    # signature fits on one line would show its body flush with ``def``.
+    return textwrap.dedent("".join(lines)).rstrip().split("\n"), start
+
+
+def _header(obj: Any, start: int, count: int) -> str:
+    obj = getattr(obj, "py_func", obj)
+    return f"`{source_path(obj)}`, line {start}: `{obj.__qualname__}` ({count} lines)"
+
+
+def _listing(header: str, code: str, collapse: bool) -> str:
+    fence = f"```python\n{code}\n```"
+    if not collapse:
+        return f"{header}\n\n{fence}"
+    # A MyST dropdown (sphinx-design): closed in the book, its title says what is inside.
+    return f"::::{{dropdown}} Full listing: {header}\n\n{fence}\n::::"
+
+
+def show(*objs: Any, collapse: bool | None = None):
+    """Display the source of retorch functions, methods or classes, headed by file and line.
+
+    A listing over ``OPEN_LINES`` lines is put behind a toggle unless ``collapse=False``:
+    walk its key lines with :func:`excerpt` in the prose around it.
+    """
     from IPython.display import Markdown
 
     parts = []
     for obj in objs:
-        obj = getattr(obj, "py_func", obj)  # a Numba dispatcher shows the Python it compiles
-        lines, start = inspect.getsourcelines(obj)
-        code = inspect.cleandoc("".join(lines)) if lines[0].startswith(" ") else "".join(lines)
-        header = f"`{source_path(obj)}`, line {start}: `{obj.__qualname__}`"
-        parts.append(f"{header}\n\n```python\n{code.rstrip()}\n```")
+        lines, start = _source(obj)
+        fold = len(lines) > OPEN_LINES if collapse is None else collapse
+        parts.append(_listing(_header(obj, start, len(lines)), "\n".join(lines), fold))
     return Markdown("\n\n".join(parts))
 
 
-def _fmt(value: Any, width: int = 48) -> str:
-    """A short cell for a comparison table; long values are cut (the comparison uses them whole)."""
+def excerpt(obj: Any, first: str, last: str | None = None):
+    """Display the lines of ``obj``'s source from the first containing ``first`` to the next
+    containing ``last`` (or just that line), numbered as in the file.
+
+    For walking a long listing a few lines at a time; raises ``ValueError`` when a marker is
+    not in the source, so an excerpt cannot silently drift from the code it quotes.
+    """
+    from IPython.display import Markdown
+
+    lines, start = _source(obj)
+    begin = next((i for i, line in enumerate(lines) if first in line), None)
+    if begin is None:
+        raise ValueError(f"{first!r} is not in the source of {obj.__qualname__}")
+    end = begin
+    if last is not None:
+        end = next((i for i in range(begin, len(lines)) if last in lines[i]), None)
+        if end is None:
+            raise ValueError(f"{last!r} does not follow {first!r} in {obj.__qualname__}")
+    chunk = textwrap.dedent("\n".join(lines[begin : end + 1]))
+    qual = getattr(obj, "py_func", obj).__qualname__
+    where = f"`{source_path(getattr(obj, 'py_func', obj))}`, lines {start + begin}-{start + end}"
+    return Markdown(f"{where} of `{qual}`\n\n```python\n{chunk}\n```")
+
+
+def glue(name: str, value: Any, fmt: str = "{}") -> str:
+    """Make ``value`` available to the prose as ``{glue:text}`name```, and return its text.
+
+    Numbers in a chapter's prose come from the cell that computes them, never typed by hand.
+    Where myst-nb is not installed (Colab), nothing is glued; the text is still returned.
+    """
+    text = fmt.format(value)
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:
+        return text
+    _glue(name, text, display=False)
+    return text
+
+
+def _fmt(value: Any) -> str:
+    """A table cell: small tensors by value, large ones by shape and dtype, text whole."""
     if isinstance(value, torch.Tensor):
         if value.numel() <= 4:
             return "[" + ", ".join(f"{v:.4g}" for v in value.detach().flatten().tolist()) + "]"
         return f"tensor{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    text = f"{value:.6g}" if isinstance(value, float) else str(value).replace("\n", " ")
-    if len(text) > width:
-        text = text[: width - 14] + f"... ({len(text)} chars)"
-    return text
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def same(ours: Any, theirs: Any) -> bool:
@@ -65,22 +130,61 @@ def same(ours: Any, theirs: Any) -> bool:
     return ours == theirs
 
 
-def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?")) -> None:
-    """Print a small comparison table: one row per (what, ours, torch[, equal]), then a verdict.
+class Comparison:
+    """A side-by-side table: HTML that wraps long values in the book, plain text elsewhere.
+
+    ``rows`` are ``(what, ours, torch, equal?)`` as text; ``verdict`` is the summary line.
+    """
+
+    def __init__(self, headers, rows, verdict):
+        self.headers, self.rows, self.verdict = tuple(headers), rows, verdict
+
+    def _repr_html_(self) -> str:
+        # Inline styles, so the table wraps the same way in the book, Jupyter and Colab.
+        style = "text-align:left;vertical-align:top;white-space:pre-wrap;overflow-wrap:anywhere"
+
+        def cells(tag, row):
+            return "".join(f'<{tag} style="{style}">{html.escape(c)}</{tag}>' for c in row)
+
+        body = "".join(
+            f'<tr class="{"same" if r[3] == "yes" else "differ"}">{cells("td", r)}</tr>'
+            for r in self.rows
+        )
+        return (
+            '<table class="side-by-side" style="table-layout:fixed;width:100%"><thead><tr>'
+            + cells("th", self.headers)
+            + f"</tr></thead><tbody>{body}</tbody></table>"
+            + f'<p class="side-by-side-verdict">{html.escape(self.verdict)}</p>'
+        )
+
+    def __repr__(self) -> str:
+        widths = [
+            min(40, max(len(r[i].split("\n")[0]) for r in [self.headers, *self.rows]))
+            for i in range(4)
+        ]
+        lines = []
+        for r in [self.headers, tuple("-" * w for w in widths), *self.rows]:
+            lines.append("  ".join(c.replace("\n", " ").ljust(w) for c, w in zip(r, widths)))
+        return "\n".join(line.rstrip() for line in lines) + "\n" + self.verdict
+
+
+def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?")):
+    """Display a comparison table: one row per (what, ours, torch[, equal]), then a verdict.
 
     Rows of three are compared exactly with :func:`same`; a fourth element overrides the verdict
-    (for comparisons within a stated tolerance).
+    (for comparisons within a stated tolerance: say the tolerance in ``what``). In the book
+    the table is HTML whose cells wrap, so long values (error messages) are shown whole.
     """
+    from IPython.display import display
+
     table = []
     for row in rows:
         what, ours, theirs, *verdict = row
         ok = verdict[0] if verdict else same(ours, theirs)
         table.append((str(what), _fmt(ours), _fmt(theirs), "yes" if ok else "NO"))
-    widths = [max(len(r[i]) for r in [headers, *table]) for i in range(4)]
-    for r in [headers, tuple("-" * w for w in widths), *table]:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     differ = sum(r[3] != "yes" for r in table)
-    print(f"-> {len(table)} comparisons, " + (f"{differ} DIFFER" if differ else "all equal"))
+    verdict = f"-> {len(table)} comparisons, " + (f"{differ} DIFFER" if differ else "all equal")
+    display(Comparison(headers, table, verdict))
 
 
 def load_bench(name: str) -> dict:

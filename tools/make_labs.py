@@ -9,9 +9,10 @@ A solution notebook marks each exercise the way nbgrader does:
 
 The lab is the solution with every marked region replaced by a stub that raises
 ``NotImplementedError`` naming the exercise (nbgrader's own convention), outputs cleared, and
-the Colab badge pointing at the lab. The first code cell of every solution is the standard
-set-up cell (tools/templates/lab_setup_cell.py); this tool writes it into the solution too, so
-it is kept in one place.
+the Colab badge pointing at the lab. The first code cell of every solution and of every
+chapter notebook is the standard set-up cell (tools/templates/setup_cell.py: install what the
+runtime lacks, then ``retorch.environment.check()``); this tool writes it into the solutions
+and chapters too, so it is kept in one place. In chapters it is folded (tag ``hide-cell``).
 
     python tools/make_labs.py          # regenerate labs/ (and refresh set-up cells)
     python tools/make_labs.py --check  # fail if labs/ differs from what would be generated
@@ -41,7 +42,7 @@ class LabError(ValueError):
 
 
 def setup_source() -> str:
-    text = (ROOT / "tools/templates/lab_setup_cell.py").read_text().rstrip("\n")
+    text = (ROOT / "tools/templates/setup_cell.py").read_text().rstrip("\n")
     return text.replace("{repository_url}", repository_url())
 
 
@@ -101,6 +102,35 @@ def refresh_solution(nb, rel: str) -> bool:
     return changed
 
 
+def refresh_chapter(nb, rel: str) -> bool:
+    """Put the standard set-up cell first in a chapter notebook, folded; True if changed."""
+    tags = ["setup", "hide-cell"]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if code and "setup" in code[0].metadata.get("tags", []):
+        cell = code[0]
+        if cell.source == setup_source() and cell.metadata.get("tags") == tags:
+            return False
+        cell.source, cell.metadata["tags"] = setup_source(), tags
+        return True
+    cell = nbformat.v4.new_code_cell(setup_source(), metadata={"tags": tags})
+    first_code = nb.cells.index(code[0]) if code else len(nb.cells)
+    nb.cells.insert(first_code, cell)
+    number_cells(nb)
+    return True
+
+
+def write_with_outputs(nb, md: Path) -> None:
+    """Write a notebook's .md and .ipynb twins, keeping the stored outputs of unchanged cells."""
+    ipynb = md.with_suffix(".ipynb")
+    stored = nbformat.read(ipynb, as_version=4) if ipynb.exists() else nb
+    old = {c.source: c.get("outputs", []) for c in stored.cells if c.cell_type == "code"}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = old.get(cell.source, [])
+    jupytext.write(nb, md, fmt="md:myst")
+    jupytext.write(nb, ipynb, fmt="ipynb")
+
+
 def make_lab(solution, lab_rel: str):
     """The student version of a solution notebook."""
     nb = copy.deepcopy(solution)
@@ -148,14 +178,7 @@ def main() -> int:
             if refresh_solution(fresh, sol_rel):
                 stale.append(f"{md.relative_to(ROOT)} (set-up cell or Colab badge out of date)")
         elif refresh_solution(nb, sol_rel):
-            ipynb = md.with_suffix(".ipynb")
-            stored = nbformat.read(ipynb, as_version=4) if ipynb.exists() else nb
-            for old, new in zip(stored.cells, nb.cells):
-                new.outputs = old.get("outputs", []) if new.cell_type == "code" else None
-                if new.outputs is None:
-                    del new["outputs"]
-            jupytext.write(nb, md, fmt="md:myst")
-            jupytext.write(nb, ipynb, fmt="ipynb")
+            write_with_outputs(nb, md)
         lab = make_lab(nb, f"labs/{md.stem}.ipynb")
         for suffix, text in texts(lab).items():
             target = ROOT / "labs" / f"{md.stem}{suffix}"
@@ -165,6 +188,14 @@ def main() -> int:
             else:
                 target.parent.mkdir(exist_ok=True)
                 target.write_text(text)
+    for md in sorted((ROOT / "notebooks").glob("*.md")):
+        nb = jupytext.read(md)
+        number_cells(nb)
+        if refresh_chapter(nb, f"notebooks/{md.name}"):
+            if args.check:
+                stale.append(f"{md.relative_to(ROOT)} (set-up cell missing or out of date)")
+            else:
+                write_with_outputs(nb, md)
     extra = {p.stem for p in (ROOT / "labs").glob("*.*")} - {p.stem for p in solutions}
     stale += [f"labs/{stem}.* (no solution)" for stem in sorted(extra)]
     if stale:

@@ -1,5 +1,5 @@
-# Set-up: install only what this runtime lacks (torch is never pinned or reinstalled), then say
-# where Numba-CUDA kernels run: the real GPU when there is one, the CUDA simulator otherwise.
+# Set-up: install only what this runtime lacks (torch is never pinned or reinstalled), then
+# check that a Numba-CUDA kernel runs here and that Graphviz's `dot` is present.
 import importlib.util
 import subprocess
 import sys
@@ -15,6 +15,6 @@ if lacking:
 if importlib.util.find_spec("retorch") is None:
     subprocess.run(pip + ["--no-deps", "git+{repository_url}"], check=True)
 
-import retorch.cuda  # noqa: E402  (chooses the simulator before numba.cuda is first imported)
+import retorch.environment  # noqa: E402  (chooses the simulator before numba.cuda is imported)
 
-print("numba.cuda target:", retorch.cuda.target())
+retorch.environment.check()
