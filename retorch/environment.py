@@ -18,9 +18,9 @@ import shutil
 import subprocess
 
 import numpy as np
-from numba import cuda  # noqa: E402, I001
+from numba import cuda  # retorch/__init__ has already chosen the simulator if there is no GPU
 
-from . import cuda as rcuda  # first: it chooses the simulator when there is no GPU
+from . import cuda as rcuda
 
 #: The numpy the course pins (requirements.txt); numba-cuda supports it.
 KNOWN_GOOD_NUMPY = "2.4.6"
