@@ -163,32 +163,75 @@ def test_binary_ops_reduce_gradients_to_each_inputs_shape(name, shapes):
     close(b.grad, tb.grad)
 
 
-@pytest.mark.parametrize(
-    "shapes",
-    [
-        ((3, 4), (4, 5)),
-        ((3, 4), (4,)),
-        ((4,), (4,)),
-        ((2, 3, 4), (4, 5)),
-        ((2, 3, 4), (2, 4, 5)),
-        ((2, 2, 3, 4), (2, 2, 4, 3)),
-    ],
-)
-def test_matmul_decomposes_as_at_matmul(shapes):
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((3,), (3, 4)),  # unsqueeze, mm, squeeze_ (SqueezeBackward4)
+    ((2, 3, 4), (4, 5)),
+    ((2, 3, 4), (4,)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 2, 3, 4), (2, 2, 4, 3)),
+    # torch's own test inputs (issue 8): 1-d and 2-d against batched, and empty shapes
+    ((10,), (5, 10, 5)),
+    ((5, 5, 10), (10,)),
+    ((5, 10), (5, 10, 5)),
+    ((0, 0), (5, 0, 0)),
+    ((3, 5, 0), (0, 0)),
+    ((4,), (2, 3, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)),  # broadcast batch: expand, copy, bmm
+    ((1, 3, 4), (2, 4, 5)),  # a batch of one is squeezed, then folded
+    ((2, 3, 4), (1, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES)
+def test_matmul_decomposes_as_at_matmul(shapes, needs):
+    """Same nodes as torch's _matmul_impl (which path depends on which operand needs grad),
+    same values and gradients."""
     torch.manual_seed(2)
-    (a, ta), (b, tb) = (
-        pair(torch.randn(shapes[0], dtype=F64)),
-        pair(torch.randn(shapes[1], dtype=F64)),
-    )
+    A, B = torch.randn(shapes[0], dtype=F64), torch.randn(shapes[1], dtype=F64)
+    a, b = ra.tensor(A, requires_grad=needs[0]), ra.tensor(B, requires_grad=needs[1])
+    ta, tb = A.clone().requires_grad_(needs[0]), B.clone().requires_grad_(needs[1])
     y, ty = a @ b, ta @ tb
-    if (
-        len(shapes[0]) <= 3 and len(shapes[1]) <= 2
-    ):  # batched matmul: torch expands and folds differently
-        assert ra.graph_names(y) == ra.graph_names(ty)
-    y.sum().backward()
-    ty.sum().backward()
-    close(a.grad, ta.grad)
-    close(b.grad, tb.grad)
+    assert ra.graph_names(y) == ra.graph_names(ty)
+    close(y, ty.detach())
+    grad = torch.randn(ty.shape, dtype=F64)
+    y.backward(ra.tensor(grad))
+    ty.backward(grad)
+    for ours, theirs, need in ((a, ta, needs[0]), (b, tb, needs[1])):
+        if need:
+            close(ours.grad, theirs.grad)
+
+
+def test_matmul_of_a_0_dim_tensor_is_refused_as_torch():
+    s = torch.tensor(2.0)
+    assert raised(lambda: ra.tensor(s) @ ra.tensor(torch.ones(2))) == raised(
+        lambda: s @ torch.ones(2)
+    )
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "softmax", "log_softmax"])
+def test_0_dim_tensors_accept_dim_0_and_minus_1(op):
+    """maybe_wrap_dim: a 0-dim tensor behaves as if it had one dimension."""
+    for dim in (0, -1):
+        x, tx = pair(torch.tensor(0.7, dtype=F64))
+        y, ty = getattr(x, op)(dim), getattr(tx, op)(dim)
+        assert y.shape == ty.shape == ()
+        close(y, ty.detach())
+        (y * 3).backward()
+        (ty * 3).backward()
+        close(x.grad, tx.grad)
+    for dim in (1, -2):
+        assert raised(lambda: getattr(ra.tensor(torch.tensor(0.7)), op)(dim)) == raised(
+            lambda: getattr(torch.tensor(0.7), op)(dim)
+        )
+
+
+def test_sum_over_a_repeated_dim_is_refused_as_torch():
+    x = torch.ones(2, 3)
+    assert raised(lambda: ra.tensor(x).sum((1, -1))) == raised(lambda: x.sum((1, -1)))
 
 
 def test_cross_entropy_and_integer_index():

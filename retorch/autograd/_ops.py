@@ -15,7 +15,7 @@ Tensors; "like" arrays only give the dtype and device of a new one):
 - reductions and linear algebra: ``sum mean amax max`` (``max(x, dim, keepdim)`` returns
   values and indices), ``mm mv dot bmm softmax log_softmax nll_loss``;
 - shapes: ``view reshape expand permute transpose t unsqueeze squeeze clone index
-  index_select``, plus ``is_contiguous`` and ``view_if_possible``;
+  index_select contiguous``, plus ``is_contiguous``, ``strides`` and ``view_if_possible``;
 - in place (the only mutation, each bumps nothing: versions live in autograd): ``add_ mul_
   zero_``;
 - creation and inspection: ``zeros zeros_like ones_like scalar as_array scatter_value
@@ -79,6 +79,16 @@ def index(x: Array, key) -> Array:
 
 def is_contiguous(x: Array) -> bool:
     return x.is_contiguous()
+
+
+def strides(x: Array) -> tuple[int, ...]:
+    """The step, in elements, between neighbours along each dimension."""
+    return tuple(x.stride())
+
+
+def contiguous(x: Array) -> Array:
+    """A copy of ``x`` laid out row-major (``x`` itself if it already is)."""
+    return x.contiguous()
 
 
 def view_if_possible(x: Array, shape) -> Array | None:

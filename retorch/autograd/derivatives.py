@@ -235,8 +235,8 @@ def _dot(node, g):
 
 def _bmm(node, g):
     return (
-        g.matmul(_saved(node, "mat2").transpose(1, 2)) if _needs(node, 0) else None,
-        _saved(node, "self_").transpose(1, 2).matmul(g) if _needs(node, 1) else None,
+        g.bmm(_saved(node, "mat2").transpose(1, 2)) if _needs(node, 0) else None,
+        _saved(node, "self_").transpose(1, 2).bmm(g) if _needs(node, 1) else None,
     )
 
 
@@ -303,6 +303,7 @@ FORMULAS = {
     "unsqueeze": ("UnsqueezeBackward0", _unsqueeze),
     "squeeze": ("SqueezeBackward0", _squeeze),
     "squeeze_dim": ("SqueezeBackward1", _squeeze),
+    "squeeze_inplace": ("SqueezeBackward4", _squeeze),
     "select": ("SelectBackward0", _select),
     "slice": ("SliceBackward0", _select),
     "select_backward": ("SelectBackwardBackward0", _select_backward),

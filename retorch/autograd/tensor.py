@@ -406,7 +406,7 @@ class Tensor:
         dims = _normalize_dims(dim, self.dim())
         return Tensor._record(
             "sum_dim",
-            _ops.sum(self.data, dim=dims, keepdim=keepdim),
+            _ops.sum(self.data, dim=dims if dims else dim, keepdim=keepdim),
             (self,),
             self_sizes=self.shape,
             dim=dims,
@@ -424,7 +424,7 @@ class Tensor:
             count *= self.shape[d]
         return Tensor._record(
             "mean_dim",
-            _ops.mean(self.data, dim=dims, keepdim=keepdim),
+            _ops.mean(self.data, dim=dims if dims else dim, keepdim=keepdim),
             (self,),
             self_sizes=self.shape,
             dim=dims,
@@ -450,7 +450,7 @@ class Tensor:
             (self,),
             save={"indices": indices},
             self_sizes=self.shape,
-            dim=dim % self.dim(),
+            dim=maybe_wrap_dim(dim, self.dim()),
             keepdim=keepdim,
         )
         return MaxResult(out, indices)
@@ -495,7 +495,7 @@ class Tensor:
         return self._view_of(Tensor._record("t", _ops.t(self.data), (self,)))
 
     def permute(self, *dims) -> Tensor:
-        dims = tuple(d % self.dim() for d in _shape_args(dims))
+        dims = tuple(maybe_wrap_dim(d, self.dim()) for d in _shape_args(dims))
         return self._view_of(
             Tensor._record("permute", _ops.permute(self.data, dims), (self,), dims=dims)
         )
@@ -549,58 +549,128 @@ class Tensor:
         return out
 
     # ------------------------------------------------------------ linear algebra and friends
-    def matmul(self, other: Tensor) -> Tensor:
-        """``@`` as ``at::matmul`` decomposes it: dot, mv, mm, or a folded/batched mm."""
-        a, b = self.dim(), other.dim()
-        if a == 1 and b == 1:
-            return Tensor._record(
-                "dot",
-                _ops.dot(self.data, other.data),
-                (self, other),
-                save={"self_": self, "tensor": other},
-            )
-        if a == 2 and b == 1:
-            return Tensor._record(
-                "mv",
-                _ops.mv(self.data, other.data),
-                (self, other),
-                save={"self_": self, "vec": other},
-            )
-        if a == 2 and b == 2:
-            return Tensor._record(
-                "mm",
-                _ops.mm(self.data, other.data),
-                (self, other),
-                save={"self_": self, "mat2": other},
-            )
-        if a >= 3 and b == 2:  # fold the batch dimensions into rows, one mm, unfold
-            folded = self.reshape(-1, self.shape[-1])
-            out = folded.matmul(other)
-            shape = tuple(self.shape[:-1]) + (other.shape[-1],)
-            return Tensor._record(
-                "unsafe_view", _ops.reshape(out.data, shape), (out,), self_sizes=out.shape
-            )
-        if a >= 3 and b >= 3 and self.shape[:-2] == other.shape[:-2]:
-            batch = tuple(self.shape[:-2])
-            x, y = self.reshape(-1, *self.shape[-2:]), other.reshape(-1, *other.shape[-2:])
-            out = Tensor._record(
-                "bmm", _ops.bmm(x.data, y.data), (x, y), save={"self_": x, "mat2": y}
-            )
-            shape = batch + tuple(out.shape[-2:])
-            return Tensor._record(
-                "unsafe_view", _ops.reshape(out.data, shape), (out,), self_sizes=out.shape
-            )
-        raise RuntimeError(
-            f"retorch.autograd matmul does not support shapes {tuple(self.shape)} @ "
-            f"{tuple(other.shape)}: use 1-d, 2-d, (batch..., n, k) @ (k, m), or equal batch shapes"
+    def dot(self, other: Tensor) -> Tensor:
+        return Tensor._record(
+            "dot",
+            _ops.dot(self.data, other.data),
+            (self, other),
+            save={"self_": self, "tensor": other},
         )
 
+    def mv(self, vec: Tensor) -> Tensor:
+        return Tensor._record(
+            "mv", _ops.mv(self.data, vec.data), (self, vec), save={"self_": self, "vec": vec}
+        )
+
+    def mm(self, mat2: Tensor) -> Tensor:
+        return Tensor._record(
+            "mm", _ops.mm(self.data, mat2.data), (self, mat2), save={"self_": self, "mat2": mat2}
+        )
+
+    def bmm(self, mat2: Tensor) -> Tensor:
+        return Tensor._record(
+            "bmm", _ops.bmm(self.data, mat2.data), (self, mat2), save={"self_": self, "mat2": mat2}
+        )
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802  (torch's name)
+        return self.transpose(-2, -1)
+
+    def contiguous(self) -> Tensor:
+        return (
+            self
+            if _ops.is_contiguous(self.data)
+            else Tensor._record("clone", _ops.contiguous(self.data), (self,))
+        )
+
+    def _unsafe_view(self, shape) -> Tensor:
+        return Tensor._record(
+            "unsafe_view", _ops.reshape(self.data, shape), (self,), self_sizes=self.shape
+        )
+
+    def _should_fold(self, other: Tensor) -> bool:
+        """Whether ``matmul`` folds the batch of the larger operand into mm/mv rows
+        (LinearAlgebra.cpp: should_fold)."""
+        larger_first = self.dim() >= other.dim()
+        t1 = self if larger_first else other.mT
+        small = other if larger_first else self
+        if not (t1.dim() >= 3 and small.dim() <= 2):
+            return False
+        if small.requires_grad:  # fold: a batched gradient for `small` would be large
+            return True
+        if self.dim() == 2:  # folding would need a copy of the transposed result
+            return False
+        if t1.numel() == 0:
+            return True
+        shape, strides = t1.shape, _ops.strides(t1.data)
+        return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(t1.dim() - 2))
+
+    def matmul(self, other: Tensor) -> Tensor:
+        """``@`` as ``at::matmul`` decomposes it (LinearAlgebra.cpp: _matmul_impl): dot, mv,
+        mm, the batch of one operand folded into mm/mv rows, or an expanded bmm."""
+        a, b = self.dim(), other.dim()
+        if a == 0 or b == 0:
+            raise RuntimeError(
+                f"both arguments to matmul need to be at least 1D, but they are {a}D and {b}D"
+            )
+        if a == 1 and b == 1:
+            return self.dot(other)
+        if a == 2 and b == 1:
+            return self.mv(other)
+        if a == 1 and b == 2:  # torch squeezes in place: its node is SqueezeBackward4
+            out = self.unsqueeze(0).mm(other)
+            return Tensor._record(
+                "squeeze_inplace", _ops.squeeze(out.data, 0), (out,), self_sizes=out.shape
+            )
+        if a == 2 and b == 2:
+            return self.mm(other)
+        if self._should_fold(other):
+            transpose = b > a  # fold the larger operand: for 2-D @ 3-D+, compute (B^T A^T)^T
+            t1 = other.mT if transpose else self
+            t2 = (self.t() if a == 2 else self) if transpose else other
+            shape = tuple(t1.shape[:-1])
+            rows = 1
+            for n in shape:
+                rows *= n
+            folded = t1.reshape(rows, t1.shape[-1])
+            if t2.dim() == 2:
+                out = folded.mm(t2)._unsafe_view(shape + (t2.shape[1],))
+                return out.mT.contiguous() if transpose else out
+            return folded.mv(t2)._unsafe_view(shape)
+        return self._matmul_batched(other)
+
+    def _matmul_batched(self, other: Tensor) -> Tensor:
+        """The general case: broadcast the batch dimensions, expand, one bmm."""
+        a, b = self.dim(), other.dim()
+        n, m1 = (self.shape[-2] if a > 1 else 1), self.shape[-1]
+        m2, p = (other.shape[-2] if b > 1 else other.shape[0]), (other.shape[-1] if b > 1 else 1)
+        batch1, batch2 = tuple(self.shape[: max(a - 2, 0)]), tuple(other.shape[: max(b - 2, 0)])
+        if a == 3 and b == 3 and batch1[0] != batch2[0]:  # a batch of one: squeeze it, fold
+            if batch1[0] == 1 and self.requires_grad:
+                return self.squeeze(0).matmul(other)
+            if batch2[0] == 1 and other.requires_grad:
+                return self.matmul(other.squeeze(0))
+        batch = _broadcast_shapes(batch1, batch2)
+        count = 1
+        for k in batch:
+            count *= k
+        x = self.expand(*batch, n, m1).reshape(count, n, m1)
+        if b == 1:
+            y = other.expand(*batch, m2).reshape(count, m2).unsqueeze(2)
+        else:
+            y = other.expand(*batch, m2, p).reshape(count, m2, p)
+        shape = batch + ((n,) if a > 1 else ()) + ((p,) if b > 1 else ())
+        out = x.bmm(y)
+        return (out.squeeze(-1) if b == 1 else out)._unsafe_view(shape)
+
     def softmax(self, dim: int) -> Tensor:
+        dim = maybe_wrap_dim(dim, self.dim())
         return Tensor._record(
             "softmax", _ops.softmax(self.data, dim), (self,), save_output="result", dim=dim
         )
 
     def log_softmax(self, dim: int) -> Tensor:
+        dim = maybe_wrap_dim(dim, self.dim())
         return Tensor._record(
             "log_softmax", _ops.log_softmax(self.data, dim), (self,), save_output="result", dim=dim
         )
@@ -664,9 +734,41 @@ def _save(node: Node, op: str, tensors: dict) -> None:
         setattr(node, name, SavedVariable(tensor))
 
 
+def maybe_wrap_dim(dim: int, ndim: int) -> int:
+    """``dim`` as an index in ``[0, ndim)`` (c10/core/WrapDimMinimal.h): negative dims count
+    from the end, and a 0-dim tensor accepts 0 and -1, as if it had one dimension."""
+    if ndim <= 0:
+        ndim = 1
+    if not -ndim <= dim < ndim:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], "
+            f"but got {dim})"
+        )
+    return dim + ndim if dim < 0 else dim
+
+
 def _normalize_dims(dim, ndim: int) -> tuple[int, ...]:
+    """The reduced dims, wrapped and sorted; none for a 0-dim tensor (its one value stays)."""
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted(d % ndim for d in dims))
+    wrapped = [maybe_wrap_dim(d, ndim) for d in dims]
+    for d in wrapped:
+        if wrapped.count(d) > 1:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    return tuple(sorted(wrapped)) if ndim else ()
+
+
+def _broadcast_shapes(a: tuple, b: tuple) -> tuple:
+    """The broadcast of two shapes (ATen's infer_size)."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x, y = (a[-i] if i <= len(a) else 1), (b[-i] if i <= len(b) else 1)
+        if x != y and x != 1 and y != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                f"non-singleton dimension {max(len(a), len(b)) - i}"
+            )
+        out.append(y if x == 1 else x)
+    return tuple(reversed(out))
 
 
 def _shape_args(shape) -> tuple[int, ...]:
