@@ -22,12 +22,14 @@ export JUPYTER_PLATFORM_DIRS := 1
 NBVAL := -p tools.nbval_report --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg
 
 .PHONY: help setup dot chromium book test check-fast lint pairs labs labs-check single-source \
-        unit nbval lab-stubs ptx html-check bench execute clean
+        unit nbval nbval-portable lab-stubs wrong-answers ptx html-check bench execute clean \
+        test-gpu gpu-present
 
 help:
 	@echo "make book        build the HTML book into _build/html from the stored notebook outputs"
 	@echo "make test        everything CI checks (what .ci/run runs)"
 	@echo "make check-fast  lint, jupytext pairs, labs in sync, single source, fast unit tests (<60 s)"
+	@echo "make test-gpu    on a machine with an NVIDIA GPU: unit tests and nbval with the simulator off"
 	@echo "make labs        regenerate labs/ from solutions/"
 	@echo "make execute     re-run notebooks and solutions, storing fresh outputs"
 	@echo "make bench       run the benchmarks, store results in bench/results, re-plot them"
@@ -82,8 +84,31 @@ unit: setup
 nbval: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(NOTEBOOKS) $(SOLUTIONS)
 
+# The stored outputs must not depend on the CPU model, vector width or thread count: re-execute
+# every notebook and solution with Numba generating code for a generic x86-64 CPU on one thread
+# (another machine's code generation) and require the same outputs.
+nbval-portable: setup
+	NUMBA_CPU_NAME=generic NUMBA_NUM_THREADS=1 \
+	  $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(NOTEBOOKS) $(SOLUTIONS)
+
 lab-stubs: setup
 	$(PY) tools/check_lab_stubs.py
+
+wrong-answers: setup
+	$(PY) tools/check_wrong_answers.py
+
+# ---------------------------------------------------------------- on a GPU machine
+# The same unit tests and notebooks with the CUDA simulator off: kernels run on the real GPU.
+# Differences from the simulator run: none expected in outputs (kernel cells print where they
+# ran, which the sanitizer rewrites); tests that need the simulator force it in a subprocess.
+gpu-present: $(STAMP)
+	@NUMBA_ENABLE_CUDASIM=0 $(PY) -c "from numba import cuda; import sys; \
+	  sys.exit(0 if cuda.is_available() else 'make test-gpu needs an NVIDIA GPU and driver')"
+
+test-gpu: setup gpu-present
+	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -q -p no:cacheprovider tests
+	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(NOTEBOOKS) $(SOLUTIONS)
+	NUMBA_ENABLE_CUDASIM=0 $(PY) tools/check_lab_stubs.py
 
 ptx: $(STAMP)
 	NUMBA_ENABLE_CUDASIM=0 $(PY) tools/check_ptx.py
@@ -98,7 +123,9 @@ test: setup chromium
 	step "PTX for sm_75, sm_80, sm_90"  $(MAKE) -s ptx; \
 	step "unit and differential tests"  $(MAKE) -s unit; \
 	step "nbval (notebooks, solutions)" $(MAKE) -s nbval; \
+	step "nbval, generic CPU, 1 thread" $(MAKE) -s nbval-portable; \
 	step "lab stubs fail their checks"  $(MAKE) -s lab-stubs; \
+	step "lab checks catch wrong answers" $(MAKE) -s wrong-answers; \
 	step "book build"                   $(MAKE) -s book; \
 	step "book in a browser"            $(MAKE) -s html-check; \
 	echo; echo "make test: all passed in $$(( $$(date +%s) - start )) s"

@@ -211,7 +211,10 @@ def plot_bench(name: str, ax=None, log: bool | None = None):
     ax.set_ylabel(data["unit"])
     if data.get("log", True) if log is None else log:
         ax.set_yscale("log")
-    ax.set_title(f"{data['title']} ({data['machine']})", fontsize=10)
+    ax.set_title(
+        f"{data['title']}\n{data['machine']}, measured at commit {data.get('commit', '?')}",
+        fontsize=10,
+    )
     ax.legend(fontsize=8)
     return ax
 

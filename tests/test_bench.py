@@ -1,10 +1,15 @@
-"""Every benchmark runs in quick mode and returns rows the runner and the book can use."""
+"""Benchmarks run, and the stored results describe the code as it is now."""
 
 import importlib
+import json
 
 import pytest
 
+from tools import bench
 from tools.bench import names
+from tools.course import ROOT
+
+RESULTS = sorted((ROOT / "bench" / "results").glob("*.json"))
 
 
 @pytest.mark.slow
@@ -12,5 +17,49 @@ from tools.bench import names
 def test_benchmark_runs_quick(name):
     result = importlib.import_module(f"bench.bench_{name}").run(quick=True)
     assert result["rows"] and result["unit"] and result["title"]
+    cases = {row["case"] for row in result["rows"]}
+    impls = {row["impl"] for row in result["rows"]}
+    # Ratios are only meaningful when every implementation ran on every case in the same run.
+    assert len(result["rows"]) == len(cases) * len(impls), "a case misses an implementation"
     for row in result["rows"]:
-        assert set(row) >= {"case", "impl", "value"} and row["value"] > 0
+        assert set(row) >= {"case", "impl", "value"}
+        assert isinstance(row["value"], float) and 0 < row["value"] < float("inf"), row
+
+
+def test_every_benchmark_has_a_stored_result():
+    assert {p.stem for p in RESULTS} == set(names())
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+def test_stored_result_is_not_older_than_the_code_it_measured(path):
+    result = json.loads(path.read_text())
+    assert result.get("commit") and result.get("sources"), (
+        f"{path.name} does not record the commit and files it measured: run make bench"
+    )
+    assert f"bench/bench_{path.stem}.py" in result["sources"]
+    changed = bench.stale(result)
+    assert not changed, (
+        f"{path.name} was measured at {result['commit']}, but these files changed since: "
+        f"{', '.join(changed)}. Run `make bench` to measure the code as it is."
+    )
+
+
+def test_staleness_check_sees_a_changed_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    (tmp_path / "retorch").mkdir()
+    measured = tmp_path / "retorch" / "kernel.py"
+    measured.write_text("x = 1\n")
+    result = {"sources": {"retorch/kernel.py": bench.file_hash(measured)}}
+    assert bench.stale(result) == []
+    measured.write_text("x = 2\n")  # a later edit of the measured code
+    assert bench.stale(result) == ["retorch/kernel.py"]
+    measured.unlink()
+    assert bench.stale(result) == ["retorch/kernel.py"]
+
+
+def test_loaded_sources_names_the_benchmark_and_the_code_it_imports():
+    importlib.import_module("bench.bench_overview")
+    sources = bench.loaded_sources()
+    assert "bench/bench_overview.py" in sources
+    assert "retorch/overview/kernels.py" in sources
+    assert all(p.split("/")[0] in ("retorch", "bench") for p in sources)

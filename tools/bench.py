@@ -5,6 +5,12 @@ Each ``bench/bench_<name>.py`` exposes ``run(quick=False) -> dict`` with ``name`
 implementation of a benchmark in one run (so their ratios are comparable), adds the machine it
 ran on, and writes ``bench/results/<name>.json``, which the book plots.
 
+Each benchmark runs in a fresh process, and its result records what it measured: the commit
+(``git describe``-style, marked ``+dirty`` when measured files had uncommitted changes) and a
+hash of every file of ``retorch/`` and ``bench/`` that the process loaded. ``stale()`` compares
+those hashes with the files as they are now: ``tests/test_bench.py`` fails when a stored result
+describes code that has changed since, so the book never plots numbers of older code.
+
     python tools/bench.py              # all benchmarks, full size
     python tools/bench.py optim --quick
 """
@@ -12,11 +18,14 @@ ran on, and writes ``bench/results/<name>.json``, which the book plots.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +49,46 @@ def names() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in (ROOT / "bench").glob("bench_*.py"))
 
 
+def file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def loaded_sources() -> dict[str, str]:
+    """Hashes of the files of retorch/ and bench/ loaded in this process, by relative path."""
+    out = {}
+    for module in list(sys.modules.values()):
+        path = Path(getattr(module, "__file__", None) or "/nonexistent").resolve()
+        if path.suffix == ".py" and path.is_file():
+            rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
+            if rel and rel.split("/")[0] in ("retorch", "bench"):
+                out[rel] = file_hash(path)
+    return dict(sorted(out.items()))
+
+
+def commit_of(paths) -> str:
+    """The current commit, with ``+dirty`` if any of ``paths`` differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", *paths], cwd=ROOT, capture_output=True
+        ).returncode
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def stale(result: dict) -> list[str]:
+    """The measured files that changed (or vanished) since ``result`` was measured."""
+    changed = []
+    for rel, digest in result.get("sources", {}).items():
+        path = ROOT / rel
+        if not path.is_file() or file_hash(path) != digest:
+            changed.append(rel)
+    return changed
+
+
 def run_one(name: str, quick: bool) -> dict:
     module = importlib.import_module(f"bench.bench_{name}")
     t0 = time.perf_counter()
@@ -50,16 +99,32 @@ def run_one(name: str, quick: bool) -> dict:
     import torch
 
     result["versions"] = {"torch": torch.__version__, "python": platform.python_version()}
+    result["sources"] = loaded_sources()
+    result["commit"] = commit_of(list(result["sources"]))
     return result
+
+
+def run_in_subprocess(name: str, quick: bool) -> dict:
+    """``run_one`` in a fresh interpreter, so each benchmark records only what it loaded."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, __file__, "--one", name, "--to", str(out)]
+        subprocess.run(cmd + (["--quick"] if quick else []), check=True, cwd=ROOT)
+        return json.loads(out.read_text())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("only", nargs="*", help="benchmark names (default: all)")
     parser.add_argument("--quick", action="store_true", help="small sizes; results not stored")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one benchmark, this process
+    parser.add_argument("--to", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        Path(args.to).write_text(json.dumps(run_one(args.one, args.quick)))
+        return 0
     for name in args.only or names():
-        result = run_one(name, args.quick)
+        result = run_in_subprocess(name, args.quick)
         print(f"{name}: {result['title']} ({result['seconds']} s)")
         for row in result["rows"]:
             print(f"  {row['case']:<28} {row['impl']:<26} {row['value']:>12.4g} {result['unit']}")

@@ -4,6 +4,9 @@
 * Each chapter page (notebooks/) loads, every image on it has loaded (figures and graph
   drawings), it has at least one figure, and an "Open in Colab" launch button.
 * Each lab page has the Colab launch button too.
+* At 1400 px, on every chapter and lab page (with every fold opened), no code line, output line
+  or table is wider than its container, so nothing is cut off or hidden behind a scrollbar.
+* The page's Chinese text (glossary, route names) renders with a CJK font, not as boxes.
 
     python tools/check_html.py _build/html
 """
@@ -11,6 +14,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +26,33 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tools.course import colab_url  # noqa: E402
+
+OPEN_FOLDS = """
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+"""
+
+#: Elements wider than their box: code and output blocks (pre), and tables, whose right edge
+#: passes the right edge of the article. Reports what overflows and the first words of it.
+OVERFLOWS = """
+const article = document.querySelector('article') || document.body;
+const right = article.getBoundingClientRect().right;
+const out = [];
+for (const el of article.querySelectorAll('pre, table')) {
+  const box = el.getBoundingClientRect();
+  if (box.width === 0) continue;
+  const wide = el.tagName === 'PRE' ? el.scrollWidth > el.clientWidth + 2
+                                    : box.right > right + 2 || el.scrollWidth > el.clientWidth + 2;
+  const parent = el.parentElement;
+  const clipped = el.tagName === 'TABLE' && parent && parent.scrollWidth > parent.clientWidth + 2;
+  if (wide || clipped) {
+    const line = (el.innerText || '').split('\\n').sort((a, b) => b.length - a.length)[0] || '';
+    out.push(el.tagName.toLowerCase() + ' ' + Math.round(el.scrollWidth) + ' px in ' +
+             Math.round(el.clientWidth) + ' px: ' + line.slice(0, 80));
+  }
+}
+return out;
+"""
 
 IMAGES_LOADED = """
 return Array.from(document.querySelectorAll('article img')).map(
@@ -44,6 +75,7 @@ def browser(profile: str) -> webdriver.Chrome:
         "--disable-sync",
         "--no-first-run",
         "--disable-quic",
+        "--window-size=1400,1000",
         f"--user-data-dir={profile}",
     ):
         opts.add_argument(flag)
@@ -55,6 +87,12 @@ def main(root: str) -> int:
     html = Path(root).resolve()
     problems, report = [], []
     chapters = sorted(p for p in (html / "notebooks").glob("*.html"))
+    cjk_fonts = subprocess.run(
+        ["fc-list", ":lang=zh", "family"], capture_output=True, text=True
+    ).stdout.strip()
+    if not cjk_fonts:
+        print("no CJK font installed: Chinese text would render as boxes (make chromium)")
+        return 1
     labs = sorted((html / "labs").glob("*.html"))
     if not chapters:
         print(f"no chapter pages under {html}/notebooks: build the book first (make book)")
@@ -84,15 +122,21 @@ def main(root: str) -> int:
                     problems.append(
                         f"{page.name}: no Open-in-Colab launch button to {want} (found {hrefs})"
                     )
+                driver.execute_script(OPEN_FOLDS)
+                overflows = driver.execute_script(OVERFLOWS)
+                problems += [f"{page.parent.name}/{page.name}: overflows: {o}" for o in overflows]
                 if page in labs:
-                    report.append(f"{page.parent.name}/{page.name}: Colab button")
+                    report.append(f"{page.parent.name}/{page.name}: Colab button, nothing overflows")
                     continue
                 images = driver.execute_script(IMAGES_LOADED)
                 broken = [src for src, ok in images if not ok]
                 problems += [f"{page.name}: image did not load: {src}" for src in broken]
                 if not images:
                     problems.append(f"{page.name}: no figures or graph images on the page")
-                report.append(f"notebooks/{page.name}: {len(images)} images loaded, Colab button")
+                report.append(
+                    f"notebooks/{page.name}: {len(images)} images loaded, Colab button, "
+                    "nothing overflows"
+                )
         finally:
             driver.quit()
     print("\n".join(report))

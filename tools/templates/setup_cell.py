@@ -13,7 +13,8 @@ lacking = [
 if lacking:
     subprocess.run(pip + lacking, check=True)
 if importlib.util.find_spec("retorch") is None:
-    subprocess.run(pip + ["--no-deps", "git+{repository_url}"], check=True)
+    course = "git+{repository_url}"
+    subprocess.run(pip + ["--no-deps", course], check=True)
 
 import retorch.environment  # noqa: E402  (chooses the simulator before numba.cuda is imported)
 
