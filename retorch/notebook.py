@@ -158,14 +158,18 @@ class Comparison:
         )
 
     def __repr__(self) -> str:
-        widths = [
-            min(40, max(len(r[i].split("\n")[0]) for r in [self.headers, *self.rows]))
-            for i in range(4)
-        ]
+        # Plain text (terminals, text/plain): columns of at most 40 characters; longer values
+        # wrap onto continuation lines rather than being cut.
+        widths = [min(40, max(len(r[i]) for r in [self.headers, *self.rows])) for i in range(4)]
         lines = []
         for r in [self.headers, tuple("-" * w for w in widths), *self.rows]:
-            lines.append("  ".join(c.replace("\n", " ").ljust(w) for c, w in zip(r, widths)))
-        return "\n".join(line.rstrip() for line in lines) + "\n" + self.verdict
+            wrapped = [
+                textwrap.wrap(c, w, break_on_hyphens=False) or [""] for c, w in zip(r, widths)
+            ]
+            for k in range(max(len(c) for c in wrapped)):
+                parts = [(c[k] if k < len(c) else "").ljust(w) for c, w in zip(wrapped, widths)]
+                lines.append("  ".join(parts).rstrip())
+        return "\n".join(lines) + "\n" + self.verdict
 
 
 def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?")):
