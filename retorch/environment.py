@@ -73,10 +73,12 @@ def ensure_dot(install: bool = True) -> str:
     )
 
 
-def check() -> bool:
-    """Print where kernels run, whether ``dot`` is there and whether a kernel works."""
+def check() -> None:
+    """Print where kernels run, whether ``dot`` is there and whether a kernel works.
+
+    Returns nothing, so the set-up cell's last line displays nothing more.
+    """
     print("numba.cuda target:", rcuda.target())
     print(ensure_dot())
     problem = kernel_problem()
     print("Numba-CUDA kernel check:", "passed" if problem is None else f"FAILED: {problem}")
-    return problem is None

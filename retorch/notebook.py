@@ -196,6 +196,37 @@ def load_bench(name: str) -> dict:
     return json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text())
 
 
+def bench_summary(name: str):
+    """A stored benchmark in words: its notes, where and at which commit it was measured, and
+    each implementation's time relative to the fastest in each case (1.00x = fastest)."""
+    from IPython.display import Markdown
+
+    data = load_bench(name)
+    higher = data.get("higher_is_better", False)
+    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
+    by_case: dict[str, dict[str, float]] = {}
+    for row in data["rows"]:
+        by_case.setdefault(row["case"], {})[row["impl"]] = row["value"]
+    lines = [
+        " ".join(data["notes"].split()),
+        "",
+        f"Measured on {data['machine']} at commit `{data.get('commit', '?')}` "
+        f"(torch {data.get('versions', {}).get('torch', '?')}). Relative to the fastest in "
+        "each case (1.00x = fastest):",
+        "",
+        "| case | " + " | ".join(impls) + " |",
+        "| --- |" + " --- |" * len(impls),
+    ]
+    for case, values in by_case.items():
+        best = max(values.values()) if higher else min(values.values())
+        cells = [
+            f"{(best / values[i] if higher else values[i] / best):.2f}x" if i in values else "-"
+            for i in impls
+        ]
+        lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    return Markdown("\n".join(lines))
+
+
 def plot_bench(name: str, ax=None, log: bool | None = None):
     """Bar chart of a stored benchmark: one group per case, one bar per implementation."""
     import matplotlib.pyplot as plt
