@@ -581,6 +581,83 @@ def test_hook_order_results_and_removal_match_torch():
         assert torch.equal(a, b)
 
 
+def backward_hook_program(nn, log):
+    """Two linear layers in a module taking (x, scale, y); full backward hooks at two levels."""
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 2)
+
+        def forward(self, x, scale, y):
+            return self.b(self.a(x) * scale), y * 2
+
+    def summary(grads):
+        return tuple(None if g is None else round(g.sum().item(), 4) for g in grads)
+
+    m = Two()
+    m.register_full_backward_pre_hook(lambda mod, go: log.append(("pre", summary(go))))
+    m.register_full_backward_pre_hook(lambda mod, go: (go[0] * 10, go[1]))  # replaces grad_output
+    m.register_full_backward_hook(
+        lambda mod, gi, go: log.append(("outer", summary(gi), summary(go)))
+    )
+    m.register_full_backward_hook(
+        lambda mod, gi, go: (gi[0] + 1, None, gi[2])
+    )  # replaces grad_input
+    m.register_full_backward_hook(
+        lambda mod, gi, go: log.append(("first", summary(gi))), prepend=True
+    )
+    m.a.register_full_backward_hook(
+        lambda mod, gi, go: log.append(("inner a", summary(gi), summary(go)))
+    )
+    return m
+
+
+@pytest.mark.parametrize("y_requires_grad", [False, True])
+def test_full_backward_hooks_see_and_replace_gradients_as_torch(y_requires_grad):
+    runs = []
+    for nn in BOTH:
+        torch.manual_seed(0)
+        log = []
+        m = backward_hook_program(nn, log)
+        x = torch.randn(4, 3, requires_grad=True)
+        y = torch.randn(2, requires_grad=y_requires_grad)
+        out, out_y = m(x, 0.5, y)
+        (out.sum() + out_y.sum()).backward()
+        runs.append((log, x.grad, None if y.grad is None else y.grad, m.a.weight.grad))
+    (log1, *grads1), (log2, *grads2) = runs
+    assert log1 == log2 and [e[0] for e in log1] == ["pre", "inner a", "first", "outer"]
+    for a, b in zip(grads1, grads2):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_full_backward_hook_without_input_gradients_warns_as_torch():
+    runs = []
+    for nn in BOTH:
+        torch.manual_seed(0)
+        log = []
+        lin = nn.Linear(2, 2)
+        lin.register_full_backward_hook(lambda mod, gi, go: log.append((gi, go[0].shape)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lin(torch.ones(1, 2)).sum().backward()
+        runs.append((log, [str(w.message) for w in caught], lin.weight.grad))
+    assert runs[0][0] == runs[1][0] == [((None,), torch.Size([1, 2]))]
+    assert runs[0][1] == runs[1][1] and len(runs[0][1]) == 1
+    assert torch.equal(runs[0][2], runs[1][2])
+
+
+def test_backward_hook_with_the_wrong_number_of_gradients_raises_as_torch():
+    messages = []
+    for nn in BOTH:
+        lin = nn.Linear(2, 2)
+        lin.register_full_backward_hook(lambda mod, gi, go: (gi[0], gi[0]))
+        with pytest.raises(RuntimeError) as e:
+            lin(torch.ones(1, 2, requires_grad=True)).sum().backward()
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
 def test_handles_count_up_and_survive_their_module():
     m = rnn.Linear(1, 1)
     h1 = m.register_forward_hook(lambda *a: None)

@@ -1,17 +1,28 @@
-"""``RemovableHandle``: what ``register_*_hook`` returns. Mirrors torch/utils/hooks.py.
+"""``RemovableHandle`` and ``BackwardHook``. Mirrors torch/utils/hooks.py.
 
 Hooks live in ordered dicts keyed by an integer id; the handle remembers the id and (weak
 references to) the dicts, so ``remove()`` deletes exactly that hook, and removing twice, or after
 the module is gone, does nothing.
+
+``BackwardHook`` implements a module's full backward hooks on top of autograd. One call of the
+module wraps its tensor inputs, then its tensor outputs, in the identity
+``BackwardHookFunction``. In backward, the node on the output side runs first: its hook
+records ``grad_output`` (after the backward pre-hooks, which may replace it). The node on the
+input side runs once the module's own graph has produced the input gradients: its hook calls
+the user's hooks with ``(module, grad_input, grad_output)`` and may replace ``grad_input``.
+Non-tensor arguments appear as ``None`` in both tuples.
 """
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["RemovableHandle"]
+import torch
+
+__all__ = ["BackwardHook", "RemovableHandle"]
 
 
 class RemovableHandle:
@@ -63,3 +74,121 @@ class RemovableHandle:
 
     def __exit__(self, type: Any, value: Any, tb: Any) -> None:
         self.remove()
+
+
+class BackwardHook:
+    """The full backward hooks of one call of ``module`` (a new one per call)."""
+
+    def __init__(self, module, user_hooks, user_pre_hooks) -> None:
+        self.user_hooks = user_hooks
+        self.user_pre_hooks = user_pre_hooks
+        self.module = module
+        self.grad_outputs = None  # set by the output side, consumed by the input side
+        self.n_outputs = -1
+        self.output_tensors_index = None
+        self.n_inputs = -1
+        self.input_tensors_index = None  # None: no input needs a gradient
+
+    def _pack_with_none(self, indices, values, size):
+        # Gradients of the tensor arguments, put back at their positions among all arguments.
+        res = [None] * size
+        for idx, val in zip(indices, values, strict=True):
+            res[idx] = val
+        return tuple(res)
+
+    def _unpack_none(self, indices, values):
+        return tuple(values[idx] for idx in indices)
+
+    def _set_user_hook(self, grad_fn) -> None:
+        def hook(grad_input, _):
+            if self.grad_outputs is None:
+                # The gradient reached the inputs without passing the outputs (double backward).
+                return None
+            res = self._pack_with_none(self.input_tensors_index, grad_input, self.n_inputs)
+            for user_hook in self.user_hooks:
+                out = user_hook(self.module, res, self.grad_outputs)
+                if out is None:
+                    continue
+                if len(out) != len(res):
+                    raise RuntimeError(
+                        "Backward hook returned an invalid number of grad_input, "
+                        f"got {len(out)}, but expected {len(res)}"
+                    )
+                res = out
+            self.grad_outputs = None
+            return self._unpack_none(self.input_tensors_index, res)
+
+        grad_fn.register_hook(hook)
+
+    def _apply_on_tensors(self, fn, args):
+        """Route the tensors among ``args`` through one ``BackwardHookFunction``; call ``fn``
+        with its backward node. Returns the new args and the tensors' positions (or None)."""
+        from .modules._functions import BackwardHookFunction
+
+        tensors_idx = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
+        tensors = [args[i] for i in tensors_idx]
+        if not (any(t.requires_grad for t in tensors) and torch.is_grad_enabled()):
+            return args, None
+        new_tensors = BackwardHookFunction.apply(*tensors)
+        grad_fns = [
+            t.grad_fn
+            for t in new_tensors
+            if t.grad_fn is not None and t.grad_fn.name() == "BackwardHookFunctionBackward"
+        ]
+        fn(grad_fns[0])
+        arg_list = list(args)
+        for idx, val in zip(tensors_idx, new_tensors, strict=True):
+            arg_list[idx] = val
+        return (tuple(arg_list) if type(args) is tuple else type(args)(*arg_list)), tensors_idx
+
+    def setup_input_hook(self, args):
+        res, self.input_tensors_index = self._apply_on_tensors(self._set_user_hook, args)
+        self.n_inputs = len(args)
+        return res
+
+    def setup_output_hook(self, args):
+        def fn(grad_fn) -> None:
+            def hook(_, grad_output):
+                self.grad_outputs = self._pack_with_none(
+                    self.output_tensors_index, grad_output, self.n_outputs
+                )
+                for user_pre_hook in self.user_pre_hooks:
+                    new = user_pre_hook(self.module, self.grad_outputs)
+                    if new is None:
+                        continue
+                    if len(new) != len(self.grad_outputs):
+                        raise RuntimeError(
+                            "Backward pre hook returned an invalid number of grad_output, "
+                            f"got {len(new)}, but expected {len(self.grad_outputs)}"
+                        )
+                    self.grad_outputs = new
+                local_grad_outputs = self.grad_outputs
+                if self.input_tensors_index is None:
+                    # No input needs a gradient, so no input-side node will run: call the
+                    # user's hooks now, with grad_input all None.
+                    warnings.warn(
+                        "Full backward hook is firing when gradients are computed with respect "
+                        "to module outputs since no inputs require gradients. See "
+                        "https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html"
+                        "#torch.nn.Module.register_full_backward_hook for more details.",
+                        stacklevel=5,
+                    )
+                    grad_inputs = (None,) * self.n_inputs
+                    for user_hook in self.user_hooks:
+                        res = user_hook(self.module, grad_inputs, self.grad_outputs)
+                        if res is not None and not (
+                            isinstance(res, tuple) and all(el is None for el in res)
+                        ):
+                            raise RuntimeError(
+                                "Backward hook for Modules where no input requires gradient "
+                                "should always return None or None for all gradients."
+                            )
+                    self.grad_outputs = None
+                return tuple(local_grad_outputs[i] for i in self.output_tensors_index)
+
+            grad_fn.register_hook(hook)
+
+        is_tuple = isinstance(args, tuple)
+        res, self.output_tensors_index = self._apply_on_tensors(fn, args if is_tuple else (args,))
+        self.n_outputs = len(args) if is_tuple else 1
+        return res if is_tuple else res[0]

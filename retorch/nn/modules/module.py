@@ -7,8 +7,8 @@ Everything a Module does rests on three dicts filled by ``__setattr__``: ``_para
 recursive walks over ``_modules``; ``__call__`` wraps ``forward`` in hooks. The tensors
 themselves are real torch tensors.
 
-Left out, compared with torch's file: backward hooks, global (all-module) hooks, state_dict and
-load_state_dict hooks, extra state, lazy and meta-device parameters, ``swap_tensors``, TorchScript
+Left out, compared with torch's file: the old (non-full) ``register_backward_hook``, global
+(all-module) hooks, state_dict and load_state_dict hooks, extra state, lazy and meta-device parameters, ``swap_tensors``, TorchScript
 and ``torch.compile`` support.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from .._hooks import RemovableHandle
+from .._hooks import BackwardHook, RemovableHandle
 from ..parameter import Buffer, Parameter
 
 __all__ = ["Module"]
@@ -85,6 +85,8 @@ class Module:
         super().__setattr__("_parameters", {})
         super().__setattr__("_buffers", {})
         super().__setattr__("_non_persistent_buffers_set", set())
+        super().__setattr__("_backward_pre_hooks", OrderedDict())
+        super().__setattr__("_backward_hooks", OrderedDict())
         super().__setattr__("_forward_hooks", OrderedDict())
         super().__setattr__("_forward_hooks_with_kwargs", OrderedDict())
         super().__setattr__("_forward_hooks_always_called", OrderedDict())
@@ -571,10 +573,34 @@ class Module:
             self._forward_hooks.move_to_end(handle.id, last=False)
         return handle
 
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_output)`` runs when the gradients of the module's outputs are
+        known, before the module's own backward; a non-None result replaces ``grad_output``."""
+        handle = RemovableHandle(self._backward_pre_hooks)
+        self._backward_pre_hooks[handle.id] = hook
+        if prepend:
+            self._backward_pre_hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_full_backward_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` runs when the gradients of the module's
+        inputs are computed; a non-None result replaces ``grad_input``. Both are tuples with one
+        entry per positional argument / output (``None`` for non-tensors)."""
+        handle = RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
+        if prepend:
+            self._backward_hooks.move_to_end(handle.id, last=False)
+        return handle
+
     def _call_impl(self, *args, **kwargs):
         forward_call = self.forward
         # If we don't have any hooks, skip the rest and just call forward.
-        if not (self._forward_hooks or self._forward_pre_hooks):
+        if not (
+            self._backward_hooks
+            or self._backward_pre_hooks
+            or self._forward_hooks
+            or self._forward_pre_hooks
+        ):
             return forward_call(*args, **kwargs)
 
         result = None
@@ -598,6 +624,16 @@ class Module:
                             args_result = (args_result,)
                         args = args_result
 
+            bw_hook = None
+            if self._backward_hooks or self._backward_pre_hooks:
+                # Identity nodes around the call: see BackwardHook.
+                bw_hook = BackwardHook(
+                    self,
+                    list(self._backward_hooks.values()),
+                    list(self._backward_pre_hooks.values()),
+                )
+                args = bw_hook.setup_input_hook(args)
+
             result = forward_call(*args, **kwargs)
 
             for hook_id, hook in self._forward_hooks.items():
@@ -609,6 +645,15 @@ class Module:
                     hook_result = hook(self, args, result)
                 if hook_result is not None:
                     result = hook_result
+
+            if bw_hook:
+                if not isinstance(result, (torch.Tensor, tuple)):
+                    warnings.warn(
+                        "For backward hooks to be called, module output should be a Tensor or "
+                        f"a tuple of Tensors but received {type(result)}",
+                        stacklevel=2,
+                    )
+                result = bw_hook.setup_output_hook(result)
             return result
         except Exception:
             # run always called hooks if they have not already been run, then re-raise
