@@ -307,7 +307,6 @@ def test_train_eval_apply_to_zero_grad_requires_grad():
         m.to(torch.float64)
         assert all(p.dtype == torch.float64 for p in m.parameters())
         assert all(isinstance(p, nn.Parameter) for p in m.parameters())
-        m(torch.randn(2, 4, dtype=torch.float64)) if False else None
         m[0](torch.randn(2, 4, dtype=torch.float64)).sum().backward()
         assert m[0].weight.grad is not None
         m.zero_grad()
@@ -335,9 +334,15 @@ def test_containers_behave_as_torchs():
 def test_deepcopy_keeps_sharing_and_values():
     for nn in BOTH:
         m = _mlp(nn)
-        m[4][0] = m[0] if False else m[4][0]
+        m[4].append(m[0])  # the same Linear at two places in the tree
         c = copy.deepcopy(m)
+        assert c[4][2] is c[0], "the copy must share the module the original shares"
+        assert c[0] is not m[0] and c[0].weight is not m[0].weight
+        assert c[0].weight.data_ptr() != m[0].weight.data_ptr()
         _same_named(c.named_parameters(), m.named_parameters())
+    torch_names = [n for n, _ in copy.deepcopy(_mlp(BOTH[1])).named_parameters()]
+    ours = _mlp(BOTH[0])
+    assert [n for n, _ in copy.deepcopy(ours).named_parameters()] == torch_names
 
 
 # ---------------------------------------------------------------- random trees
