@@ -911,3 +911,27 @@ def error_cases(lib):
 @pytest.mark.parametrize("case", list(error_cases(torch)))
 def test_errors_match_torch_type_and_message(case):
     same_errors(lambda lib: error_cases(lib)[case])
+
+
+def test_trace_backward_records_each_pop_and_matches_torchs_order():
+    """The engine's step hook sees the ready queue ordered by sequence number (AccumulateGrad
+    first) and the dependency counts; the order it records is the one torch runs."""
+    from retorch.autograd.graphviz import node_labels, torch_order, trace_backward
+
+    def expression(a, b):
+        r = a.exp() * b.sigmoid()
+        return (b.tanh() + r).sum()
+
+    (a, ta), (b, tb) = pair(torch.randn(3, dtype=F64)), pair(torch.randn(3, dtype=F64))
+    y, ty = expression(a, b), expression(ta, tb)
+    labels = node_labels(y, {"a": a, "b": b})
+    steps = trace_backward(y, {"a": a, "b": b})
+    assert [s.runs for s in steps] == torch_order(ty, y, labels)
+    assert [s.runs for s in steps] == [
+        "Sum#5", "Add#4", "Tanh#3", "Mul#2", "Sigmoid#1", "Acc(b)", "Exp#0", "Acc(a)"
+    ]  # fmt: skip
+    assert steps[2].ready == ["Mul#2"]  # Tanh (input 0, created later) before Mul (input 1)
+    assert steps[5].ready == ["Exp#0"]  # Acc(b) became ready after Exp and runs before it
+    assert steps[0].waiting["Acc(b)"] == 2 and steps[3].waiting["Acc(b)"] == 1
+    close(a.grad, ta.grad)
+    close(b.grad, tb.grad)

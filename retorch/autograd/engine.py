@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import warnings
+from typing import Callable
 
 from . import anomaly_mode, grad_mode
 from .graph import Node
@@ -74,6 +75,11 @@ class GraphTask:
         self.exec_info: dict[Node, ExecInfo] = {}  # empty: every node runs
         self.captured_vars: list = []
         self.ready: list[tuple[int, NodeTask]] = []
+
+
+#: For teaching and debugging: called as ``_step_hook(task, fn)`` each time the engine pops ``fn``
+#: from the ready queue, before running it (``graphviz.trace_backward`` records the steps).
+_step_hook: Callable | None = None
 
 
 def compute_dependencies(root: Node) -> dict[Node, int]:
@@ -311,6 +317,8 @@ def run_backward(
     with grad_mode.set_grad_enabled(create_graph):
         while task.ready:
             _, node_task = heapq.heappop(task.ready)
+            if _step_hook is not None:
+                _step_hook(task, node_task.fn)
             try:
                 evaluate_function(task, node_task.fn, node_task.inputs)
             except Exception:

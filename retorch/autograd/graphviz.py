@@ -1,4 +1,4 @@
-"""Draw a retorch graph as torchviz draws torch's, and watch the engine's order.
+"""Draw a retorch graph as torchviz draws torch's, and watch the engine's order and steps.
 
 ``make_dot`` follows torchviz/dot.py ``make_dot`` (same labels, colours and layout): each node
 by its class name; leaves (through their ``AccumulateGrad``) as light-blue boxes with their
@@ -8,6 +8,8 @@ output that is a view in dark green. Node ids are numbers given in the order of 
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 
 def _shape(t) -> str:
@@ -122,3 +124,78 @@ def backward_order(output, torch_output=None) -> tuple[list[str], list[str] | No
     _record_order(torch_output, theirs)
     torch_output.backward()
     return ours, theirs
+
+
+class Step(NamedTuple):
+    """The engine's state when it pops a node: what runs, what else is ready, what waits."""
+
+    runs: str
+    ready: list[str]  # the rest of the ready queue, in the order it would pop
+    waiting: dict[str, int]  # nodes not yet ready -> gradients they still wait for
+
+
+def node_labels(output, leaves: dict | None = None) -> dict:
+    """Short, run-independent labels for the nodes of ``output``'s graph: the class name without
+    ``Backward0``, numbered by sequence number within this graph (``Mul#3``), and
+    ``Acc(name)`` for the AccumulateGrad of a leaf named in ``leaves`` ({name: tensor})."""
+    names = {id(t): k for k, t in (leaves or {}).items()}
+    nodes, seen, stack = [], set(), [output.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        nodes.append(fn)
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
+    inner = sorted(
+        (fn for fn in nodes if not hasattr(fn, "variable")), key=lambda f: f._sequence_nr()
+    )
+    labels = {fn: f"{fn.name().split('Backward')[0]}#{i}" for i, fn in enumerate(inner)}
+    for fn in nodes:
+        if hasattr(fn, "variable"):
+            labels[fn] = f"Acc({names.get(id(fn.variable), '?')})"
+    return labels
+
+
+def trace_backward(output, leaves: dict | None = None) -> list[Step]:
+    """Run ``output.backward()`` in retorch's engine and record each step (``engine._step_hook``)."""
+    from . import engine
+
+    labels = node_labels(output, leaves)
+    steps: list[Step] = []
+
+    def hook(task, fn) -> None:
+        ready = [labels[t.fn] for _, t in sorted(task.ready, key=lambda e: e[0])]
+        ran = {s.runs for s in steps} | {labels[fn]} | set(ready)
+        waiting = {
+            labels[n]: c for n, c in task.dependencies.items() if labels[n] not in ran and c > 0
+        }
+        steps.append(Step(labels[fn], ready, dict(sorted(waiting.items()))))
+
+    engine._step_hook = hook
+    try:
+        output.backward()
+    finally:
+        engine._step_hook = None
+    return steps
+
+
+def torch_order(torch_output, output, labels: dict) -> list[str]:
+    """The order torch's engine runs the nodes of ``torch_output``, seen through a pre-hook on
+    each, named with ``labels`` (from :func:`node_labels`) of the same graph built by retorch
+    (``output``): the two graphs are walked in step, so matching nodes get the same label."""
+    ours, theirs = [output.grad_fn], [torch_output.grad_fn]
+    pairs, seen = {}, set()
+    while theirs:
+        a, t = ours.pop(), theirs.pop()
+        if t is None or t in seen:
+            continue
+        seen.add(t)
+        pairs[t] = labels[a]
+        ours.extend(f for f, _ in a.next_functions)
+        theirs.extend(f for f, _ in t.next_functions)
+    order: list = []
+    for t in pairs:
+        t.register_prehook(lambda grads, t=t: order.append(pairs[t]))
+    torch_output.backward()
+    return order

@@ -7,7 +7,10 @@ comparisons. The outcome is one of:
 * not implemented: the student's function still raises the stub's ``NotImplementedError``;
   the check raises :class:`CheckFailed` saying so, and which line to replace;
 * wrong: a comparison failed; the check raises :class:`CheckFailed` with what was expected,
-  what came, and the hint written for that comparison.
+  what came (for long values, where they first differ), and the hint written for that
+  comparison;
+* crashed: the student's code raised some other exception while the check ran; the check
+  raises :class:`CheckFailed` naming it (use :meth:`_Comparisons.call` to attach a hint).
 
 :class:`CheckFailed` is an ``AssertionError``, which is what nbgrader counts as a failed test.
 """
@@ -30,12 +33,23 @@ class _Comparisons:
         self.label, self.count = label, 0
 
     def _fail(self, what: str, expected: Any, got: Any, hint: str):
+        where = first_difference(expected, got)
         raise CheckFailed(
             f"{self.label}: {what}\n"
             f"  expected: {_short(expected)}\n"
-            f"  got:      {_short(got)}\n"
-            f"  hint: {hint}"
+            f"  got:      {_short(got)}\n" + (f"  {where}\n" if where else "") + f"  hint: {hint}"
         )
+
+    def call(self, fn: Callable[[], Any], what: str, hint: str) -> Any:
+        """``fn()``'s result; if it raises (other than the stub's NotImplementedError), the check
+        fails with the exception and ``hint`` instead of a traceback from deep inside torch."""
+        try:
+            return fn()
+        except (NotImplementedError, CheckFailed):
+            raise
+        except Exception as e:  # noqa: BLE001  (any crash of the student's code is the finding)
+            self.count += 1
+            self._fail(what, "no exception", _one_line(e), hint)
 
     def equal(self, got: Any, expected: Any, what: str, hint: str):
         """Exact comparison: tensors with ``torch.equal`` (same shape, dtype, values); else ``==``."""
@@ -89,6 +103,39 @@ def _short(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip()}"
+
+
+def first_difference(expected: Any, got: Any, context: int = 40) -> str:
+    """Where two long values first differ: an index for sequences, a character for text.
+
+    Returns "" when the values are short (the expected/got lines show them whole) or not
+    sequences of the same kind.
+    """
+    if isinstance(expected, str) and isinstance(got, str):
+        if len(expected) + len(got) <= 120 or expected == got:
+            return ""
+        i = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b), None)
+        i = min(len(expected), len(got)) if i is None else i
+        lo = max(0, i - context)
+        return (
+            f"first difference at character {i}: expected ...{expected[lo : i + context]!r}..., "
+            f"got ...{got[lo : i + context]!r}..."
+        )
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
+        if len(repr(expected)) + len(repr(got)) <= 120:
+            return ""
+        for k, (a, b) in enumerate(zip(expected, got)):
+            if not (a is b or (type(a) is type(b) and not isinstance(a, torch.Tensor) and a == b)):
+                return (
+                    f"first difference at index {k}: expected {_short(a, 80)}, got {_short(b, 80)}"
+                )
+        if len(expected) != len(got):
+            return f"lengths differ: expected {len(expected)} items, got {len(got)}"
+    return ""
+
+
 def check(label: str, run: Callable[[_Comparisons], None]) -> None:
     """Run one exercise's comparisons; print a pass line or raise :class:`CheckFailed`."""
     cmp = _Comparisons(label)
@@ -100,6 +147,14 @@ def check(label: str, run: Callable[[_Comparisons], None]) -> None:
             f"({e}). Replace the `raise NotImplementedError(...)` line under `# YOUR CODE HERE` "
             "with your code, run that cell, then run this check again."
         ) from None
+    except CheckFailed:
+        raise
+    except Exception as e:  # noqa: BLE001  (the student's code crashed inside the check)
+        raise CheckFailed(
+            f"{label}: your code raised {_one_line(e)}\n"
+            f"  (after {cmp.count} comparison{'s' if cmp.count != 1 else ''} passed; the "
+            "traceback above this message shows where)"
+        ) from e
     if cmp.count == 0:
         raise CheckFailed(
             f"{label}: the check ran no comparison (a bug in the lab, not in your code)"

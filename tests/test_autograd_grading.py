@@ -1,0 +1,55 @@
+"""The grading helpers lab 3 relies on: long values show where they first differ, and a crash
+of the student's code inside a check is a graded failure (CheckFailed), not a raw traceback."""
+
+import pytest
+
+from retorch.testing import grading
+
+
+def test_long_lists_show_their_first_difference():
+    want = [f"Node{i}Backward0" for i in range(12)]
+    got = want[:7] + ["Other"] + want[8:]
+    with pytest.raises(grading.CheckFailed, match="first difference at index 7: expected 'Node7"):
+        grading.check("Exercise 9 (demo)", lambda cmp: cmp.equal(got, want, "order", "hint"))
+
+
+def test_long_texts_show_their_first_difference():
+    want = "is at version 5; expected version 2 instead. " * 3
+    got = want.replace("version 2", "version 5", 1)
+    with pytest.raises(grading.CheckFailed, match="first difference at character 34"):
+        grading.check("Exercise 9 (demo)", lambda cmp: cmp.equal(got, want, "message", "hint"))
+
+
+def test_short_values_need_no_difference_line():
+    with pytest.raises(grading.CheckFailed) as info:
+        grading.check("Exercise 9 (demo)", lambda cmp: cmp.equal([1, 2], [1, 3], "x", "h"))
+    assert "first difference" not in str(info.value)
+
+
+def test_a_crash_in_the_students_code_is_a_graded_failure():
+    def run(cmp):
+        cmp.equal(1, 1, "first", "h")
+        {}["missing"]
+
+    with pytest.raises(
+        grading.CheckFailed, match="(?s)your code raised KeyError.*after 1 comparison"
+    ):
+        grading.check("Exercise 9 (demo)", run)
+
+
+def test_call_attaches_the_hint_to_a_crash():
+    def run(cmp):
+        cmp.call(lambda: 1 / 0, "running the engine", "divide by the count, not by zero")
+
+    with pytest.raises(grading.CheckFailed) as info:
+        grading.check("Exercise 9 (demo)", run)
+    assert "ZeroDivisionError" in str(info.value)
+    assert "hint: divide by the count, not by zero" in str(info.value)
+
+
+def test_call_lets_the_stub_say_not_implemented():
+    def stub():
+        raise NotImplementedError("write it")
+
+    with pytest.raises(grading.CheckFailed, match="not implemented yet"):
+        grading.check("Exercise 9 (demo)", lambda cmp: cmp.call(stub, "x", "h"))
