@@ -7,7 +7,8 @@ code)`` pairs. ``code`` replaces the text between ``### BEGIN SOLUTION`` and
 several regions; ``None`` keeps the solution's region).
 
 The tool runs the solution in one kernel, then for every wrong answer runs the altered solution
-cell and that exercise's check cells, and requires that a check failed with ``CheckFailed``
+cell (which must itself run without error: a check judges code that runs) and that exercise's
+check cells, and requires that a check failed with ``CheckFailed``
 (the graded verdict, with expected/got and the hint), not some other exception; then it runs
 the real solution cell again so the next wrong answer starts from a correct state. Every
 exercise of every lab needs at least two wrong answers.
@@ -94,6 +95,8 @@ def check_lab(nb_path: Path, wrong: dict) -> tuple[list[str], int]:
         record_timing=False,
         resources={"metadata": {"path": str(nb_path.parent)}},
     )
+    # nbclient stores each executed cell back into the notebook: keep the originals apart.
+    pristine = copy.deepcopy(nb.cells)
     tried = 0
     with client.setup_kernel():
         for i, cell in enumerate(nb.cells):  # the whole solution, once
@@ -107,15 +110,25 @@ def check_lab(nb_path: Path, wrong: dict) -> tuple[list[str], int]:
             s = solution_cells[gid]
             for what, code in answers:
                 tried += 1
-                altered = copy.deepcopy(nb.cells[s])
+                altered = copy.deepcopy(pristine[s])
                 altered.source = replace_regions(altered.source, code, f"{gid} / {what}")
                 try:
                     client.execute_cell(altered, s)
                 except CellExecutionError:
                     pass
+                if _error_of(altered):
+                    # The previous, correct definitions would still be in the kernel: a wrong
+                    # answer must run, so that the check is what judges it.
+                    ename, evalue = _error_of(altered)
+                    problems.append(
+                        f"{nb_path.name} {gid}: wrong answer '{what}' fails in its own cell "
+                        f"({ename}: {evalue[:120]}); write wrong answers that run"
+                    )
+                    client.execute_cell(copy.deepcopy(pristine[s]), s)
+                    continue
                 verdicts = []
                 for c in check_cells[gid]:
-                    check = copy.deepcopy(nb.cells[c])
+                    check = copy.deepcopy(pristine[c])
                     client.execute_cell(check, c)
                     verdicts.append(_error_of(check))
                 caught = [v for v in verdicts if v and v[0] == "CheckFailed"]
@@ -128,7 +141,7 @@ def check_lab(nb_path: Path, wrong: dict) -> tuple[list[str], int]:
                     )
                 elif not caught:
                     problems.append(f"{nb_path.name} {gid}: wrong answer '{what}' passed")
-                client.execute_cell(copy.deepcopy(nb.cells[s]), s)  # back to the solution
+                client.execute_cell(copy.deepcopy(pristine[s]), s)  # back to the solution
     return problems, tried
 
 
