@@ -118,6 +118,8 @@ def first_difference(expected: Any, got: Any, context: int = 40) -> str:
             return ""
         i = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b), None)
         i = min(len(expected), len(got)) if i is None else i
+        if i < 60:  # near the start, the expected/got lines show it plainly
+            return ""
         lo = max(0, i - context)
         return (
             f"first difference at character {i}: expected ...{expected[lo : i + context]!r}..., "
