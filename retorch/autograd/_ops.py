@@ -15,10 +15,11 @@ Tensors; "like" arrays only give the dtype and device of a new one):
 - reductions and linear algebra: ``sum mean amax max`` (``max(x, dim, keepdim)`` returns
   values and indices), ``mm mv dot bmm softmax log_softmax nll_loss``;
 - shapes: ``view reshape expand permute transpose t unsqueeze squeeze clone index
-  index_select contiguous``, plus ``is_contiguous``, ``strides`` and ``view_if_possible``;
+  index_select contiguous as_strided``, plus ``is_contiguous``, ``strides``, ``geometry``
+  and ``view_if_possible``;
 - in place (the only mutation, each bumps nothing: versions live in autograd): ``add_ mul_
-  zero_``;
-- creation and inspection: ``zeros zeros_like ones_like scalar as_array scatter_value
+  zero_ copy_``;
+- creation and inspection: ``zeros zeros_like ones_like empty_strided scalar as_array scatter_value
   scatter_into_zeros index_add_zeros numel tolist any_nan type_name``.
 """
 
@@ -84,6 +85,27 @@ def is_contiguous(x: Array) -> bool:
 def strides(x: Array) -> tuple[int, ...]:
     """The step, in elements, between neighbours along each dimension."""
     return tuple(x.stride())
+
+
+def geometry(x: Array) -> tuple:
+    """``(sizes, strides, storage_offset)``: where ``x``'s elements sit in its storage."""
+    return tuple(x.shape), tuple(x.stride()), x.storage_offset()
+
+
+def as_strided(x: Array, geometry: tuple, base_offset: int = 0) -> Array:
+    """The view of ``x``'s storage with ``geometry``, offsets counted from ``base_offset``."""
+    sizes, strides, offset = geometry
+    return x.as_strided(sizes, strides, offset - base_offset)
+
+
+def empty_strided(geometry: tuple, like: Array) -> Array:
+    """An uninitialised array laid out as ``geometry`` (sizes and strides), offset 0."""
+    return torch.empty_strided(geometry[0], geometry[1], dtype=like.dtype, device=like.device)
+
+
+def copy_(x: Array, src: Array) -> Array:
+    """Write ``src`` into ``x`` (broadcast), in place."""
+    return x.copy_(src)
 
 
 def contiguous(x: Array) -> Array:

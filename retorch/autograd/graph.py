@@ -243,11 +243,8 @@ class SavedVariable:
         if self.tensor is not None:
             tensor = self.tensor
             if tensor._version != self.saved_version:
+                # (a view changed through its base names its regenerated AsStridedBackward0)
                 name = None if tensor.grad_fn is None else tensor.grad_fn.name()
-                if name is not None and tensor._base is not None:
-                    # The view's base was changed in place. torch then gives the view a new
-                    # grad_fn, AsStridedBackward0 (not rebuilt here), and names that one.
-                    name = "AsStridedBackward0"
                 self._check_version(tensor._version, tensor.data, name)
             return tensor
         self._check_version(self.version_counter.value, self.data, saved_for.name())

@@ -15,6 +15,7 @@ from typing import Any, Callable, NamedTuple
 from torch.utils.hooks import RemovableHandle
 
 from . import _ops, grad_mode
+from .copy_slices import rebase_history, regenerate_view_grad_fn
 from .derivatives import FORMULAS, USED_BY
 from .graph import NO_EDGE, AccumulateGrad, Edge, Node, SavedVariable
 
@@ -62,10 +63,11 @@ class Tensor:
         "data",
         "requires_grad",
         "grad",
-        "grad_fn",
+        "_grad_fn",
         "_output_nr",
         "_version_counter",
         "_base",
+        "_attr_version",
         "_hooks",
         "_accumulator",
         "_retains_grad",
@@ -77,7 +79,7 @@ class Tensor:
         self.data = data
         self.requires_grad = requires_grad or grad_fn is not None
         self.grad: Tensor | None = None
-        self.grad_fn = grad_fn
+        self._grad_fn = grad_fn
         self._output_nr = 0  # which output of grad_fn this tensor is
         self._version_counter = _VersionCounter()
         self._base: Tensor | None = None  # the tensor this one is a view of
@@ -86,6 +88,18 @@ class Tensor:
         self._retains_grad = False
 
     # ------------------------------------------------------------ autograd metadata
+    @property
+    def grad_fn(self) -> Node | None:
+        """The node that made this tensor. A view whose data changed in place since its node
+        was made (through itself, its base or another view) gets a regenerated one."""
+        if self._base is not None and self._attr_version != self._version_counter.value:
+            regenerate_view_grad_fn(self)
+        return self._grad_fn
+
+    @grad_fn.setter
+    def grad_fn(self, node: Node | None) -> None:
+        self._grad_fn = node
+
     @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
@@ -156,9 +170,10 @@ class Tensor:
 
     def _gradient_edge(self) -> Edge | None:
         """Where a gradient for this tensor goes: its grad_fn, or its leaf's AccumulateGrad."""
-        if self.grad_fn is not None:
+        fn = self.grad_fn
+        if fn is not None:
             # tuple.__new__ is what Edge(...) ends up calling, minus a Python-level __new__.
-            return _new_tuple(Edge, (self.grad_fn, self._output_nr))
+            return _new_tuple(Edge, (fn, self._output_nr))
         if self.requires_grad:
             return Edge(self._grad_accumulator(), 0)
         return None
@@ -245,16 +260,11 @@ class Tensor:
             raise RuntimeError(
                 "a leaf Variable that requires grad is being used in an in-place operation."
             )
-        if needs and self._base is not None:
-            if self._base.is_leaf and self._base.requires_grad:
-                raise RuntimeError(
-                    "a view of a leaf Variable that requires grad is being used in an in-place "
-                    "operation."
-                )
-            raise NotImplementedError(
-                f"{op}_ on a view of a tensor that requires grad: retorch.autograd does not "
-                "rebuild this (torch rewrites the base's history with a CopySlices node). Use the "
-                "out-of-place op on the base instead, e.g. y = y * 2 rather than y[0].mul_(2)."
+        view = needs and self._base is not None
+        if view and self._base.is_leaf and self._base.requires_grad:
+            raise RuntimeError(
+                "a view of a leaf Variable that requires grad is being used in an in-place "
+                "operation."
             )
         if needs:
             node = NODE_CLASSES[op](
@@ -267,7 +277,9 @@ class Tensor:
                 _save(node, op, {"self_": Tensor(_ops.clone(self.data)), "other": other})
         fn(self.data)
         self._version_counter.value += 1
-        if needs:
+        if view:  # the base's history changes: CopySlices (copy_slices.py)
+            rebase_history(self, node)
+        elif needs:
             self.grad_fn, self._output_nr, self.requires_grad = node, 0, True
         return self
 
@@ -460,6 +472,7 @@ class Tensor:
         """Make ``out`` a view of this tensor: same data, so the same version counter."""
         out._version_counter = self._version_counter
         out._base = self if self._base is None else self._base
+        out._attr_version = self._version_counter.value
         return out
 
     def view(self, *shape) -> Tensor:
