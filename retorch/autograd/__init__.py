@@ -5,7 +5,7 @@ backward formulas are one table (derivatives.py); ``backward`` and ``grad`` run 
 (engine.py). All arithmetic goes through the op interface in ``_ops.py``.
 """
 
-from . import _ops, graph
+from . import _ops, forward_ad, graph
 from .anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from .engine import backward, grad
 from .function import Function, FunctionCtx
@@ -29,6 +29,7 @@ __all__ = [
     "cross_entropy",
     "detect_anomaly",
     "enable_grad",
+    "forward_ad",
     "grad",
     "gradcheck",
     "graph",

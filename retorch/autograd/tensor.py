@@ -14,7 +14,7 @@ from typing import Any, Callable, NamedTuple
 
 from torch.utils.hooks import RemovableHandle
 
-from . import _ops, grad_mode
+from . import _ops, forward_ad, grad_mode
 from .copy_slices import rebase_history, regenerate_view_grad_fn
 from .derivatives import FORMULAS, USED_BY
 from .graph import NO_EDGE, AccumulateGrad, Edge, Node, SavedVariable
@@ -68,6 +68,7 @@ class Tensor:
         "_version_counter",
         "_base",
         "_attr_version",
+        "_fw_grad",
         "_hooks",
         "_accumulator",
         "_retains_grad",
@@ -86,6 +87,7 @@ class Tensor:
         self._hooks: dict = _NO_HOOKS  # a leaf's tensor hooks (a non-leaf's live on its grad_fn)
         self._accumulator = None  # weak reference to a leaf's AccumulateGrad
         self._retains_grad = False
+        self._fw_grad = None  # (level, tangent) of a dual tensor (forward_ad.py)
 
     # ------------------------------------------------------------ autograd metadata
     @property
@@ -231,7 +233,17 @@ class Tensor:
         save_output: str | None = None,
         **attrs: Any,
     ) -> Tensor:
-        """Wrap an op's result; if grad mode is on and an input needs grad, add its node to the graph."""
+        """Wrap an op's result; if grad mode is on and an input needs grad, add its node to the
+        graph; inside forward_ad.dual_level, also give it its tangent."""
+        if forward_ad._current_level is not None:
+            out = Tensor._record_graph(op, data, inputs, save, save_output, attrs)
+            forward_ad.propagate(op, inputs, out, attrs)
+            return out
+        return Tensor._record_graph(op, data, inputs, save, save_output, attrs)
+
+    @staticmethod
+    def _record_graph(op: str, data, inputs: tuple, save, save_output, attrs: dict) -> Tensor:
+        """What ``_record`` does for reverse mode (the generated VariableType kernels)."""
         if not grad_mode._enabled:
             return Tensor(data)
         for t in inputs:
@@ -255,6 +267,11 @@ class Tensor:
     def _inplace(self, op: str, fn: Callable, other: Tensor | None = None, **attrs: Any) -> Tensor:
         """An in-place op: change the data, bump the version, rebase this tensor's history."""
         inputs = (self,) if other is None else (self, other)
+        if forward_ad._current_level is not None and any(t._fw_grad for t in inputs):
+            raise NotImplementedError(
+                f"{op}_ on a dual tensor: retorch's forward-mode AD has no in-place ops; use "
+                f"the out-of-place {op} instead"
+            )
         needs = grad_mode._enabled and any(t.requires_grad for t in inputs)
         if needs and self.is_leaf and self.requires_grad:
             raise RuntimeError(
