@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -18,6 +19,7 @@ from retorch.overview import introspect
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "00_overview.md"
+LAB = ROOT / "solutions" / "00_overview_lab.md"
 
 # Paths in torch's source tree at v2.13.0 (git cf30153c4c131c8164ee7798e5022d810682e2cb, the
 # commit torch.version.git_version names in the 2.13.0 wheel), verified by hand on 2026-11-22:
@@ -67,6 +69,7 @@ VERIFIED_V2_13_0 = {
     "torch/cuda/": "py",
     "torch/distributed/": "py",
     "torch/fx/": "py",
+    "torch/nn/functional.py": "py",
     "torch/nn/modules/module.py": "py",
     "torch/optim/adam.py": "py",
     "torch/optim/optimizer.py": "py",
@@ -105,8 +108,26 @@ _CITED = re.compile(
 
 
 def chapter_paths() -> set[str]:
-    """Every torch path written in chapter 0's text (prose and code)."""
-    return set(_CITED.findall(CHAPTER.read_text()))
+    """Every torch path in chapter 0 and lab 0: their text, and the outputs stored with them."""
+    paths = set()
+    for md in (CHAPTER, LAB):
+        paths |= set(_CITED.findall(md.read_text()))
+        nb = json.loads(md.with_suffix(".ipynb").read_text())
+        for cell in nb["cells"]:
+            for out in cell.get("outputs", []):
+                texts = [out.get("text", "")] + list(out.get("data", {}).values())
+                for text in texts:
+                    text = "".join(text) if isinstance(text, list) else str(text)
+                    paths |= set(_CITED.findall(text))
+    return paths
+
+
+def docstring_paths() -> set[str]:
+    """Every torch path that retorch/overview's modules name (the files they mirror)."""
+    paths = set()
+    for py in (ROOT / "retorch" / "overview").glob("*.py"):
+        paths |= set(_CITED.findall(py.read_text()))
+    return paths
 
 
 def printed_paths() -> set[str]:
@@ -130,6 +151,13 @@ def test_every_path_chapter_0_cites_is_verified_in_torch_2_13():
     assert "aten/src/ATen/native/ufunc/add.h" in found  # the regex finds the chapter's paths
     unverified = sorted(p for p in found if not _verified(p))
     assert not unverified, f"chapter 0 cites paths not verified at v2.13.0: {unverified}"
+
+
+def test_every_path_retorch_overview_names_is_verified_in_torch_2_13():
+    found = docstring_paths()
+    assert "build/aten/src/ATen/UfuncCPUKernel_add.cpp" in found
+    unverified = sorted(p for p in found if not _verified(p))
+    assert not unverified, f"retorch/overview names paths not verified at v2.13.0: {unverified}"
 
 
 def test_path_check_rejects_a_wrong_path():
