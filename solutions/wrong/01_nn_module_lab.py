@@ -1,0 +1,493 @@
+"""Plausible wrong answers to lab 1; each must fail its graded check with CheckFailed.
+
+Run: ``.venv/bin/python tools/check_wrong_answers.py 01_nn_module_lab``.
+"""
+
+WRONG = {
+    "ex1_setattr": [
+        (
+            "files any tensor (a plain tensor too) as a parameter",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, torch.Tensor):
+    self.__dict__.pop(name, None)
+    modules.pop(name, None)
+    params[name] = value
+elif isinstance(value, (MiniModule, nn.Module)):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "recognises nn.Module children but not the lab's own MiniModule",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    self.__dict__.pop(name, None)
+    modules.pop(name, None)
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif isinstance(value, nn.Module):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "never removes the name from the other places",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif isinstance(value, (MiniModule, nn.Module)):
+    modules[name] = value
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "removes the name from every place, its own dict too (a re-assigned parameter moves"
+            " to the end)",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    for place in (self.__dict__, params, modules):
+        place.pop(name, None)
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif isinstance(value, (MiniModule, nn.Module)):
+    for place in (self.__dict__, params, modules):
+        place.pop(name, None)
+    modules[name] = value
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "lets a plain value replace a parameter silently (no TypeError)",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+for place in (self.__dict__, params, modules):
+    if name in place and not (place is params and isinstance(value, nn.Parameter)):
+        del place[name]
+if isinstance(value, nn.Parameter):
+    params[name] = value
+elif isinstance(value, (MiniModule, nn.Module)):
+    modules[name] = value
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+    ],
+    "ex2_named_parameters": [
+        (
+            "post-order: the children's parameters before the module's own",
+            """
+seen_modules, seen_params = set(), set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, child in mod._modules.items():
+        if child is not None:
+            yield from walk(child, (pre + "." if pre else "") + name)
+    for name, p in mod._parameters.items():
+        if p is not None and p not in seen_params:
+            seen_params.add(p)
+            yield (pre + "." if pre else "") + name, p
+
+yield from walk(module, prefix)
+""",
+        ),
+        (
+            "breadth-first: a queue instead of recursion",
+            """
+from collections import deque
+
+seen_modules, seen_params = set(), set()
+queue = deque([(module, prefix)])
+while queue:
+    mod, pre = queue.popleft()
+    if mod in seen_modules:
+        continue
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p is not None and p not in seen_params:
+            seen_params.add(p)
+            yield (pre + "." if pre else "") + name, p
+    for name, child in mod._modules.items():
+        if child is not None:
+            queue.append((child, (pre + "." if pre else "") + name))
+""",
+        ),
+        (
+            "de-duplicates modules but not parameters (a tied weight twice)",
+            """
+seen_modules = set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p is not None:
+            yield (pre + "." if pre else "") + name, p
+    for name, child in mod._modules.items():
+        if child is not None:
+            yield from walk(child, (pre + "." if pre else "") + name)
+
+yield from walk(module, prefix)
+""",
+        ),
+        (
+            "yields None entries (bias=False)",
+            """
+seen_modules, seen_params = set(), set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p not in seen_params:
+            seen_params.add(p)
+            yield (pre + "." if pre else "") + name, p
+    for name, child in mod._modules.items():
+        if child is not None:
+            yield from walk(child, (pre + "." if pre else "") + name)
+
+yield from walk(module, prefix)
+""",
+        ),
+        (
+            "always joins with a dot (a leading '.' when the prefix is empty)",
+            """
+seen_modules, seen_params = set(), set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p is not None and p not in seen_params:
+            seen_params.add(p)
+            yield pre + "." + name, p
+    for name, child in mod._modules.items():
+        if child is not None:
+            yield from walk(child, pre + "." + name)
+
+yield from walk(module, prefix)
+""",
+        ),
+    ],
+    "ex3_call_with_hooks": [
+        (
+            "forward hooks get the original args, not the ones the pre-hooks replaced",
+            """
+original = args
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result if isinstance(result, tuple) else (result,)
+out = module.forward(*args)
+for hook in hooks:
+    result = hook(module, original, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+        (
+            "a pre-hook's single value replaces args without being wrapped in a tuple",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result
+out = module.forward(*args)
+for hook in hooks:
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+        (
+            "a hook's None result replaces the output too",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result if isinstance(result, tuple) else (result,)
+out = module.forward(*args)
+for hook in hooks:
+    out = hook(module, args, out)
+return out
+""",
+        ),
+        (
+            "every pre-hook sees the original args; only the last replacement counts",
+            """
+new_args = args
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        new_args = result if isinstance(result, tuple) else (result,)
+args = new_args
+out = module.forward(*args)
+for hook in hooks:
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+        (
+            "forward hooks run in reverse order",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result if isinstance(result, tuple) else (result,)
+out = module.forward(*args)
+for hook in reversed(hooks):
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+    ],
+    "ex4_state_dict": [
+        (
+            "clones the tensors instead of sharing their storage",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach().clone()
+for name, b in module._buffers.items():
+    if b is not None and name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b.detach().clone()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
+        (
+            "stores the parameters without detaching them",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p
+for name, b in module._buffers.items():
+    if b is not None and name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
+        (
+            "saves non-persistent buffers too",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach()
+for name, b in module._buffers.items():
+    if b is not None:
+        out[prefix + name] = b.detach()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
+        (
+            "buffers before parameters",
+            """
+out = OrderedDict()
+for name, b in module._buffers.items():
+    if b is not None and name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b.detach()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
+        (
+            "de-duplicates a shared module (saved under its first name only)",
+            """
+def walk(mod, pre, seen):
+    if mod in seen:
+        return OrderedDict()
+    seen.add(mod)
+    out = OrderedDict()
+    for name, p in mod._parameters.items():
+        if p is not None:
+            out[pre + name] = p.detach()
+    for name, b in mod._buffers.items():
+        if b is not None and name not in mod._non_persistent_buffers_set:
+            out[pre + name] = b.detach()
+    for name, child in mod._modules.items():
+        if child is not None:
+            out.update(walk(child, pre + name + ".", seen))
+    return out
+
+return walk(module, prefix, set())
+""",
+        ),
+        (
+            "keeps None entries (bias=False)",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    out[prefix + name] = None if p is None else p.detach()
+for name, b in module._buffers.items():
+    if b is not None and name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b.detach()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
+    ],
+    "ex5_apply": [
+        (
+            "makes a new Parameter (the old object, an optimizer's, is left behind)",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for name, param in module._parameters.items():
+    if param is not None:
+        with torch.no_grad():
+            new = nn.Parameter(fn(param), param.requires_grad)
+            if param.grad is not None:
+                new.grad = fn(param.grad)
+        module._parameters[name] = new
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "stores the converted plain tensor in _parameters",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for name, param in module._parameters.items():
+    if param is not None:
+        with torch.no_grad():
+            module._parameters[name] = fn(param)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "forgets the gradients",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for param in module._parameters.values():
+    if param is not None:
+        with torch.no_grad():
+            param.data = fn(param)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "forgets the buffers",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for param in module._parameters.values():
+    if param is not None:
+        with torch.no_grad():
+            param.data = fn(param)
+            if param.grad is not None:
+                param.grad.data = fn(param.grad)
+return module
+""",
+        ),
+        (
+            "converts the module itself before its children",
+            """
+for param in module._parameters.values():
+    if param is not None:
+        with torch.no_grad():
+            param.data = fn(param)
+            if param.grad is not None:
+                param.grad.data = fn(param.grad)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+return module
+""",
+        ),
+        (
+            "does not recurse into the children",
+            """
+for param in module._parameters.values():
+    if param is not None:
+        with torch.no_grad():
+            param.data = fn(param)
+            if param.grad is not None:
+                param.grad.data = fn(param.grad)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+    ],
+}
