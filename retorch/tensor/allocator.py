@@ -727,7 +727,7 @@ def record_trace(fn, *args, **kwargs) -> Trace:
     trace = Trace()
     live: dict[int, weakref.finalize] = {}  # StorageImpl address -> finalizer
     ids = itertools.count()
-    recording = True
+    recording = False
 
     def died(key: int, alloc_id: int) -> None:
         live.pop(key, None)
@@ -744,6 +744,8 @@ def record_trace(fn, *args, **kwargs) -> Trace:
     class AllocationRecorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            if not recording:
+                return out
             inputs = {s._cdata for s in storages((args, kwargs))}
             for s in storages(out):
                 key = s._cdata
@@ -755,7 +757,14 @@ def record_trace(fn, *args, **kwargs) -> Trace:
                 live[key] = weakref.finalize(s, died, key, alloc_id)
             return out
 
+    # The first dispatch through a Python mode in a process imports and caches helpers and
+    # leaves reference cycles that hold the caller's frame; run one op first so that they do not
+    # keep fn's last tensor alive, and collect them before the collector is paused.
+    with AllocationRecorder():
+        torch.ones(1).mul(2)
+    recording = True
     gc_was_enabled = gc.isenabled()
+    gc.collect()
     gc.disable()
     try:
         with AllocationRecorder():
