@@ -1,0 +1,329 @@
+"""CPU kernels: Numba ``@njit(parallel=True)`` loops over a TensorIterator's operands.
+
+Mirrors ``aten/src/ATen/native/cpu/Loops.h`` (``cpu_kernel``: a "2-d loop" whose inner
+dimension is the iterator's fastest dim, run in parallel chunks by ``at::parallel_for``) and
+the kernels registered to the op stubs in ``aten/src/ATen/native/cpu/BinaryOpsKernel.cpp``,
+``UnaryOpsKernel.cpp``, ``ReduceOpsKernel.cpp``, ``ScatterGatherKernel.cpp`` and, for
+matmul, the blocked loop of ``aten/src/ATen/native/cpu/BlasKernel.cpp``.
+
+Every loop takes each operand as (typed storage array, storage offset) and the iteration as
+``shape`` (dim 0 fastest, after coalescing) with ``strides[operand, dim]`` in elements. A
+1-d iteration (the common case: coalescing turns any contiguous op into one dim) is split
+across threads directly; otherwise threads take whole inner rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from . import scalar_ops as S
+
+_jit = dict(cache=True, error_model="numpy")
+binary_float = njit(inline="always", **_jit)(S.binary_float)
+binary_int = njit(inline="always", **_jit)(S.binary_int)
+compare = njit(inline="always", **_jit)(S.compare)
+unary_float = njit(inline="always", **_jit)(S.unary_float)
+unary_int = njit(inline="always", **_jit)(S.unary_int)
+
+
+@njit
+def _row_start(outer, shape, strides, k):
+    """Element offset of operand ``k`` at the start of inner row ``outer``."""
+    off = 0
+    rem = np.int64(outer)  # a prange index may be unsigned; mixing it with int64 gives floats
+    for d in range(1, shape.shape[0]):
+        idx = rem % shape[d]
+        rem //= shape[d]
+        off += idx * strides[k, d]
+    return off
+
+
+def _make_binary_loop(fn):
+    @njit(parallel=True, **_jit)
+    def loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
+        inner = shape[0]
+        so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
+        if shape.shape[0] == 1:
+            if so == 1 and sa == 1 and sb == 1:
+                o_, a_, b_ = out[oo : oo + inner], a[ao : ao + inner], b[bo : bo + inner]
+                for i in prange(inner):
+                    o_[i] = fn(op, a_[i], b_[i], alpha)
+            else:
+                for i in prange(inner):
+                    k = np.int64(i)
+                    out[oo + k * so] = fn(op, a[ao + k * sa], b[bo + k * sb], alpha)
+            return
+        nouter = 1
+        for d in range(1, shape.shape[0]):
+            nouter *= shape[d]
+        for r in prange(nouter):
+            po = oo + _row_start(r, shape, strides, 0)
+            pa = ao + _row_start(r, shape, strides, 1)
+            pb = bo + _row_start(r, shape, strides, 2)
+            for j in range(inner):
+                out[po + j * so] = fn(op, a[pa + j * sa], b[pb + j * sb], alpha)
+
+    return loop
+
+
+binary_float_loop = _make_binary_loop(binary_float)
+binary_int_loop = _make_binary_loop(binary_int)
+
+
+@njit(parallel=True, **_jit)
+def compare_loop(op, out, oo, a, ao, b, bo, shape, strides):
+    inner = shape[0]
+    so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
+    nouter = 1
+    for d in range(1, shape.shape[0]):
+        nouter *= shape[d]
+    if nouter == 1:
+        for i in prange(inner):
+            k = np.int64(i)
+            out[oo + k * so] = compare(op, a[ao + k * sa], b[bo + k * sb])
+        return
+    for r in prange(nouter):
+        po = oo + _row_start(r, shape, strides, 0)
+        pa = ao + _row_start(r, shape, strides, 1)
+        pb = bo + _row_start(r, shape, strides, 2)
+        for j in range(inner):
+            out[po + j * so] = compare(op, a[pa + j * sa], b[pb + j * sb])
+
+
+def _make_unary_loop(fn):
+    @njit(parallel=True, **_jit)
+    def loop(op, out, oo, a, ao, shape, strides):
+        inner = shape[0]
+        so, sa = strides[0, 0], strides[1, 0]
+        nouter = 1
+        for d in range(1, shape.shape[0]):
+            nouter *= shape[d]
+        if nouter == 1:
+            for i in prange(inner):
+                k = np.int64(i)
+                out[oo + k * so] = fn(op, a[ao + k * sa])
+            return
+        for r in prange(nouter):
+            po = oo + _row_start(r, shape, strides, 0)
+            pa = ao + _row_start(r, shape, strides, 1)
+            for j in range(inner):
+                out[po + j * so] = fn(op, a[pa + j * sa])
+
+    return loop
+
+
+unary_float_loop = _make_unary_loop(unary_float)
+unary_int_loop = _make_unary_loop(unary_int)
+
+
+@njit(parallel=True, **_jit)
+def copy_loop(out, oo, a, ao, shape, strides):
+    """``copy_`` with a cast: Numba converts on store (float to int truncates, as C++ does)."""
+    inner = shape[0]
+    so, sa = strides[0, 0], strides[1, 0]
+    nouter = 1
+    for d in range(1, shape.shape[0]):
+        nouter *= shape[d]
+    if nouter == 1:
+        for i in prange(inner):
+            k = np.int64(i)
+            out[oo + k * so] = a[ao + k * sa]
+        return
+    for r in prange(nouter):
+        po = oo + _row_start(r, shape, strides, 0)
+        pa = ao + _row_start(r, shape, strides, 1)
+        for j in range(inner):
+            out[po + j * so] = a[pa + j * sa]
+
+
+@njit(parallel=True, **_jit)
+def where_loop(out, oo, c, co, a, ao, b, bo, shape, strides):
+    inner = shape[0]
+    so, sc, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0], strides[3, 0]
+    nouter = 1
+    for d in range(1, shape.shape[0]):
+        nouter *= shape[d]
+    for r in prange(nouter):
+        po = oo + _row_start(r, shape, strides, 0)
+        pc = co + _row_start(r, shape, strides, 1)
+        pa = ao + _row_start(r, shape, strides, 2)
+        pb = bo + _row_start(r, shape, strides, 3)
+        for j in range(inner):
+            out[po + j * so] = a[pa + j * sa] if c[pc + j * sc] else b[pb + j * sb]
+
+
+@njit(parallel=True, **_jit)
+def gather_loop(out, oo, src, so_, idx, io, shape, strides, dim_stride):
+    """``out = src[... idx ...]`` along one dim: src is restrided so that dim has stride 0
+    and the index supplies ``idx * dim_stride`` (``restride_dim`` in ScatterGatherKernel)."""
+    inner = shape[0]
+    s0, s1, s2 = strides[0, 0], strides[1, 0], strides[2, 0]
+    nouter = 1
+    for d in range(1, shape.shape[0]):
+        nouter *= shape[d]
+    for r in prange(nouter):
+        po = oo + _row_start(r, shape, strides, 0)
+        ps = so_ + _row_start(r, shape, strides, 1)
+        pi = io + _row_start(r, shape, strides, 2)
+        for j in range(inner):
+            out[po + j * s0] = src[ps + j * s1 + idx[pi + j * s2] * dim_stride]
+
+
+# ---- reductions over the last axis of a contiguous (outer, inner) block ---------------------
+# ``fastmath={"reassoc"}`` lets LLVM reorder the additions: without it, a sum is one long
+# dependency chain (each add waits for the previous one) and cannot use vector lanes or
+# several accumulators; with it, the loop keeps e.g. 16 partial sums in a vector register.
+# Only reassociation is allowed: "nnan"/"ninf" would let LLVM assume no NaN or inf.
+_CHUNK = 1 << 16
+
+
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _sum_range(x, start, stop, acc):
+    for i in range(start, stop):
+        acc += x[i]
+    return acc
+
+
+@njit(parallel=True, **_jit)
+def sum_rows(x, out, outer, inner, zero):
+    if outer == 1 and inner > _CHUNK:
+        nchunks = (inner + _CHUNK - 1) // _CHUNK
+        partial = np.zeros(nchunks, dtype=out.dtype)
+        for c_ in prange(nchunks):
+            c = np.int64(c_)
+            partial[c] = _sum_range(x, c * _CHUNK, min(inner, (c + 1) * _CHUNK), zero)
+        out[0] = _sum_range(partial, 0, nchunks, zero)
+        return
+    for r_ in prange(outer):
+        r = np.int64(r_)
+        out[r] = _sum_range(x, r * inner, (r + 1) * inner, zero)
+
+
+@njit(parallel=True, **_jit)
+def max_rows(x, out, indices, outer, inner):
+    """Max of each row and the index of its first occurrence; NaN wins (torch.max)."""
+    for r_ in prange(outer):
+        r = np.int64(r_)
+        base = r * inner
+        best = x[base]
+        at = 0
+        for j in range(1, inner):
+            v = x[base + j]
+            if best != best:
+                break
+            if v > best or v != v:
+                best = v
+                at = j
+        out[r] = best
+        indices[r] = at
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+_BLOCK = 64
+
+
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _dot(a, ia, b, ib, n, acc):
+    for k in range(n):
+        acc += a[ia + k] * b[ib + k]
+    return acc
+
+
+@njit(parallel=True, **_jit)
+def bmm_blocked(a, bt, out, batch, m, n, k, zero):
+    """``out[p] = a[p] @ bt[p].T`` with ``a`` (batch, m, k) and ``bt`` (batch, n, k), both
+    row-major: every output element is a dot product of two contiguous rows. Threads take
+    64-row blocks; inside, 64x64 output tiles keep a block of ``bt`` rows in cache while
+    every ``a`` row of the block passes over it."""
+    mblocks = (m + _BLOCK - 1) // _BLOCK
+    for task_ in prange(batch * mblocks):
+        task = np.int64(task_)
+        p = task // mblocks
+        i0 = (task % mblocks) * _BLOCK
+        i1 = min(m, i0 + _BLOCK)
+        for j0 in range(0, n, _BLOCK):
+            j1 = min(n, j0 + _BLOCK)
+            for i in range(i0, i1):
+                ra = (p * m + i) * k
+                for j in range(j0, j1):
+                    out[(p * m + i) * n + j] = _dot(a, ra, bt, (p * n + j) * k, k, zero)
+
+
+# ---- the CPU entries of the dispatch stubs ---------------------------------------------------
+# Each takes a built TensorIterator (or contiguous tensors for reductions and matmul), as the
+# functions ATen registers with REGISTER_DISPATCH(add_stub, &add_kernel) take a TensorIteratorBase.
+from .dispatch_stub import stub  # noqa: E402
+
+
+@stub("binary").register("cpu")
+def binary_kernel(it, op, alpha):
+    (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
+    if it.common_dtype.is_floating_point:
+        # torch converts alpha to the op's dtype first
+        alpha = float(it.common_dtype.np.type(alpha))
+        binary_float_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha)
+    else:
+        binary_int_loop(op, out, oo, a, ao, b, bo, shape, strides, int(alpha))
+
+
+@stub("compare").register("cpu")
+def compare_kernel(it, op):
+    (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
+    compare_loop(op, out, oo, a, ao, b, bo, shape, strides)
+
+
+@stub("unary").register("cpu")
+def unary_kernel(it, op):
+    (out, a), (oo, ao), shape, strides = it.kernel_args()
+    if it.common_dtype.is_floating_point:
+        unary_float_loop(op, out, oo, a, ao, shape, strides)
+    else:
+        unary_int_loop(op, out, oo, a, ao, shape, strides)
+
+
+@stub("copy").register("cpu")
+def copy_kernel(it):
+    (out, a), (oo, ao), shape, strides = it.kernel_args()
+    copy_loop(out, oo, a, ao, shape, strides)
+
+
+@stub("where").register("cpu")
+def where_kernel(it):
+    (out, c, a, b), (oo, co, ao, bo), shape, strides = it.kernel_args()
+    where_loop(out, oo, c, co, a, ao, b, bo, shape, strides)
+
+
+@stub("gather").register("cpu")
+def gather_kernel(it, dim_stride):
+    (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
+    gather_loop(out, oo, src, so, idx, io, shape, strides, dim_stride)
+
+
+@stub("sum").register("cpu")
+def sum_kernel(x, out, outer, inner):
+    """``x``: a contiguous tensor of ``outer * inner`` elements; ``out``: ``outer`` of them."""
+    sum_rows(_flat(x), _flat(out), outer, inner, x.dtype.np.type(0))
+
+
+@stub("max").register("cpu")
+def max_kernel(x, values, indices, outer, inner):
+    max_rows(_flat(x), _flat(values), _flat(indices), outer, inner)
+
+
+@stub("bmm").register("cpu")
+def bmm_kernel(a, b, out):
+    """``a`` (batch, m, k) and ``b`` (batch, k, n) -> ``out`` (batch, m, n), all contiguous
+    on return; ``b`` is first copied transposed so each dot product reads two rows."""
+    from .tensor_shape import contiguous
+
+    batch, m, k = a.shape
+    n = b.shape[2]
+    bt = contiguous(b.transpose(1, 2))
+    bmm_blocked(_flat(a), _flat(bt), _flat(out), batch, m, n, k, a.dtype.np.type(0))
+
+
+def _flat(t):
+    """The elements of a contiguous tensor as a 1-d array over its storage (no copy)."""
+    impl = t._impl
+    return impl.storage.typed(impl.dtype.np)[impl.storage_offset : impl.storage_offset + t.numel()]

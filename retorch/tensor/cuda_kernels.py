@@ -1,0 +1,347 @@
+"""CUDA kernels: Numba-CUDA grid-stride loops over a TensorIterator's operands.
+
+Mirrors ``aten/src/ATen/native/cuda/Loops.cuh`` and ``CUDALoops.cuh`` (``gpu_kernel``: one
+thread per output element, the element's offset in each operand computed from its linear
+index by ``OffsetCalculator``), ``Reduce.cuh`` (a block cooperates on one output, with a tree
+in shared memory), ``ScatterGatherKernel.cu`` and, for matmul, the textbook naive and
+shared-memory tiled kernels (torch itself calls cuBLAS: ``aten/src/ATen/native/cuda/Blas.cpp``).
+
+Every kernel is declared with :func:`retorch.cuda.kernel` and its Numba signatures, so
+``tools/check_ptx.py`` compiles it to PTX for sm_75/80/90; the tests run it under the CUDA
+simulator (about 90 µs per simulated thread: :func:`launch_config` keeps test launches tiny).
+The kernels cover float32 and float64 (plus the casts ``copy_`` needs); another dtype raises
+torch's "not implemented for" RuntimeError in ``ops``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda
+
+from .. import cuda as rcuda
+from . import scalar_ops as S
+
+FLOATS = ("float32", "float64")
+
+binary_float = rcuda.device_function(*(f"float64(int64, {t}, {t}, float64)" for t in FLOATS))(
+    S.binary_float
+)
+compare = rcuda.device_function(*(f"boolean(int64, {t}, {t})" for t in FLOATS))(S.compare)
+unary_float = rcuda.device_function(*(f"float64(int64, {t})" for t in FLOATS))(S.unary_float)
+
+
+@rcuda.device_function("int64(int64, int64[:], int64[:, :], int64)")
+def offset_of(i, shape, strides, k):
+    """``OffsetCalculator::get``: the element offset of linear index ``i`` in operand ``k``."""
+    off = 0
+    for d in range(shape.shape[0]):
+        idx = i % shape[d]
+        i //= shape[d]
+        off += idx * strides[k, d]
+    return off
+
+
+@rcuda.kernel(
+    *(
+        f"void(int64, {t}[:], int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], "
+        "float64, int64)"
+        for t in FLOATS
+    )
+)
+def binary_kernel(op, out, oo, a, ao, b, bo, shape, strides, alpha, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):  # grid-stride: any grid covers any n
+        x = a[ao + offset_of(i, shape, strides, 1)]
+        y = b[bo + offset_of(i, shape, strides, 2)]
+        out[oo + offset_of(i, shape, strides, 0)] = binary_float(op, x, y, alpha)
+
+
+@rcuda.kernel(
+    *(
+        f"void(int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], "
+        "int64)"
+        for t in FLOATS
+    )
+)
+def compare_kernel(op, out, oo, a, ao, b, bo, shape, strides, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        x = a[ao + offset_of(i, shape, strides, 1)]
+        y = b[bo + offset_of(i, shape, strides, 2)]
+        out[oo + offset_of(i, shape, strides, 0)] = compare(op, x, y)
+
+
+@rcuda.kernel(
+    *(f"void(int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], int64)" for t in FLOATS)
+)
+def unary_kernel(op, out, oo, a, ao, shape, strides, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        x = a[ao + offset_of(i, shape, strides, 1)]
+        out[oo + offset_of(i, shape, strides, 0)] = unary_float(op, x)
+
+
+#: (destination, source) dtypes the CUDA copy kernel converts between.
+COPY_PAIRS = tuple((t, t) for t in ("float32", "float64", "int64", "int32", "boolean")) + (
+    ("float32", "float64"),
+    ("float64", "float32"),
+    ("float32", "int64"),
+    ("float64", "int64"),
+    ("float32", "int32"),
+    ("float32", "boolean"),
+    ("float64", "boolean"),
+    ("int64", "boolean"),
+)
+
+
+@rcuda.kernel(
+    *(f"void({d}[:], int64, {s}[:], int64, int64[:], int64[:, :], int64)" for d, s in COPY_PAIRS)
+)
+def copy_kernel(out, oo, a, ao, shape, strides, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        out[oo + offset_of(i, shape, strides, 0)] = a[ao + offset_of(i, shape, strides, 1)]
+
+
+@rcuda.kernel(
+    *(
+        f"void({t}[:], int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, int64[:], "
+        "int64[:, :], int64)"
+        for t in FLOATS
+    )
+)
+def where_kernel(out, oo, c, co, a, ao, b, bo, shape, strides, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        if c[co + offset_of(i, shape, strides, 1)]:
+            v = a[ao + offset_of(i, shape, strides, 2)]
+        else:
+            v = b[bo + offset_of(i, shape, strides, 3)]
+        out[oo + offset_of(i, shape, strides, 0)] = v
+
+
+@rcuda.kernel(
+    *(
+        f"void({t}[:], int64, {t}[:], int64, int64[:], int64, int64[:], int64[:, :], int64, int64)"
+        for t in FLOATS
+    )
+)
+def gather_kernel(out, oo, src, so, idx, io, shape, strides, dim_stride, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        j = idx[io + offset_of(i, shape, strides, 2)]
+        out[oo + offset_of(i, shape, strides, 0)] = src[
+            so + offset_of(i, shape, strides, 1) + j * dim_stride
+        ]
+
+
+#: Shared memory slots of the reduction tree; a block has at most this many threads.
+REDUCE_THREADS = 256
+
+
+@rcuda.kernel(*(f"void({t}[:], {t}[:], int64, int64, {t})" for t in FLOATS))
+def sum_rows_kernel(x, out, outer, inner, zero):
+    """One block per row: each thread sums a strided share, then a tree in shared memory
+    halves the partial sums (``blockDim.x`` must be a power of two)."""
+    partial = cuda.shared.array(REDUCE_THREADS, dtype=x.dtype)
+    tid = cuda.threadIdx.x
+    for r in range(cuda.blockIdx.x, outer, cuda.gridDim.x):
+        acc = zero
+        for j in range(tid, inner, cuda.blockDim.x):
+            acc += x[r * inner + j]
+        partial[tid] = acc
+        cuda.syncthreads()
+        s = cuda.blockDim.x // 2
+        while s > 0:
+            if tid < s:
+                partial[tid] += partial[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        if tid == 0:
+            out[r] = partial[0]
+        cuda.syncthreads()
+
+
+@rcuda.kernel(*(f"void({t}[:], {t}[:], int64[:], int64, int64)" for t in FLOATS))
+def max_rows_kernel(x, out, indices, outer, inner):
+    """One thread per row (naive): the max and the index of its first occurrence, NaN wins."""
+    for r in range(cuda.grid(1), outer, cuda.gridsize(1)):
+        best = x[r * inner]
+        at = 0
+        for j in range(1, inner):
+            v = x[r * inner + j]
+            if best != best:
+                break
+            if v > best or v != v:
+                best = v
+                at = j
+        out[r] = best
+        indices[r] = at
+
+
+@rcuda.kernel(*(f"void({t}[:, :], {t}[:, :], {t}[:, :], {t})" for t in FLOATS))
+def mm_naive_kernel(a, b, c, zero):
+    """One thread per output element, reading a row of ``a`` and a column of ``b`` from
+    global memory: every input element is loaded ``n`` (or ``m``) times."""
+    i, j = cuda.grid(2)
+    if i < c.shape[0] and j < c.shape[1]:
+        acc = zero
+        for k in range(a.shape[1]):
+            acc += a[i, k] * b[k, j]
+        c[i, j] = acc
+
+
+#: Tile edge of the shared-memory matmul: a block of TILE x TILE threads.
+TILE = 16
+
+
+@rcuda.kernel(*(f"void({t}[:, :], {t}[:, :], {t}[:, :], {t})" for t in FLOATS))
+def mm_tiled_kernel(a, b, c, zero):
+    """Each block stages TILE x TILE tiles of ``a`` and ``b`` in shared memory, so a global
+    element is loaded once per block instead of once per thread: TILE times fewer loads."""
+    sa = cuda.shared.array((TILE, TILE), dtype=a.dtype)
+    # (each shared array on its own line: the simulator aliases two made on one line)
+    sb = cuda.shared.array((TILE, TILE), dtype=a.dtype)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    i = cuda.blockIdx.x * TILE + tx
+    j = cuda.blockIdx.y * TILE + ty
+    acc = zero
+    for t in range((a.shape[1] + TILE - 1) // TILE):
+        k = t * TILE
+        sa[tx, ty] = a[i, k + ty] if i < a.shape[0] and k + ty < a.shape[1] else 0
+        sb[tx, ty] = b[k + tx, j] if k + tx < b.shape[0] and j < b.shape[1] else 0
+        cuda.syncthreads()
+        for kk in range(TILE):
+            acc += sa[tx, kk] * sb[kk, ty]
+        cuda.syncthreads()
+    if i < c.shape[0] and j < c.shape[1]:
+        c[i, j] = acc
+
+
+# ---- launch geometry ------------------------------------------------------------------------
+THREADS = 256
+BLOCKS_PER_SM = 32
+
+
+def launch_config(n: int) -> tuple[int, int]:
+    """(blocks, threads) for a grid-stride kernel over ``n`` elements. The simulator runs a
+    Python thread per CUDA thread, so there launches are cut to what ``n`` needs."""
+    if rcuda.simulator_enabled():
+        return 1, max(1, min(n, 32))
+    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    return max(1, min(math.ceil(n / THREADS), BLOCKS_PER_SM * sms)), THREADS
+
+
+def reduce_threads(inner: int) -> int:
+    """A power of two up to REDUCE_THREADS (8 under the simulator)."""
+    cap = 8 if rcuda.simulator_enabled() else REDUCE_THREADS
+    t = 1
+    while t < min(inner, cap):
+        t *= 2
+    return t
+
+
+# ---- the CUDA entries of the dispatch stubs --------------------------------------------------
+from .dispatch_stub import stub  # noqa: E402
+
+
+def check_dtype(name, dtype, allowed=("float32", "float64")):
+    """torch's AT_DISPATCH error when a kernel has no instance for ``dtype``."""
+    if dtype.name not in allowed:
+        raise NotImplementedError(f"\"{name}_cuda\" not implemented for '{dtype.scalar_name}'")
+
+
+def _launch(k, n, *args):
+    if n == 0:
+        return
+    blocks, threads = launch_config(n)
+    k[blocks, threads](*args, n)
+
+
+@stub("binary").register("cuda")
+def binary_cuda(it, op, alpha):
+    check_dtype("binary", it.common_dtype)
+    (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
+    alpha = float(it.common_dtype.np.type(alpha))
+    _launch(binary_kernel, it.numel(), op, out, oo, a, ao, b, bo, shape, strides, alpha)
+
+
+@stub("compare").register("cuda")
+def compare_cuda(it, op):
+    check_dtype("compare", it.common_dtype)
+    (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
+    _launch(compare_kernel, it.numel(), op, out, oo, a, ao, b, bo, shape, strides)
+
+
+@stub("unary").register("cuda")
+def unary_cuda(it, op):
+    check_dtype("unary", it.common_dtype)
+    (out, a), (oo, ao), shape, strides = it.kernel_args()
+    _launch(unary_kernel, it.numel(), op, out, oo, a, ao, shape, strides)
+
+
+_NUMBA_NAME = {"bool": "boolean"}
+
+
+@stub("copy").register("cuda")
+def copy_cuda(it):
+    dst, src = it.output(0).dtype, it.operands[1].tensor.dtype
+    pair = (_NUMBA_NAME.get(dst.name, dst.name), _NUMBA_NAME.get(src.name, src.name))
+    if pair not in COPY_PAIRS:
+        raise NotImplementedError(
+            f"\"copy_cuda\" not implemented for '{src.scalar_name}' to '{dst.scalar_name}'"
+        )
+    (out, a), (oo, ao), shape, strides = it.kernel_args()
+    _launch(copy_kernel, it.numel(), out, oo, a, ao, shape, strides)
+
+
+@stub("where").register("cuda")
+def where_cuda(it):
+    check_dtype("where", it.output(0).dtype)
+    (out, c, a, b), (oo, co, ao, bo), shape, strides = it.kernel_args()
+    _launch(where_kernel, it.numel(), out, oo, c, co, a, ao, b, bo, shape, strides)
+
+
+@stub("gather").register("cuda")
+def gather_cuda(it, dim_stride):
+    check_dtype("gather", it.output(0).dtype)
+    (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
+    _launch(gather_kernel, it.numel(), out, oo, src, so, idx, io, shape, strides, dim_stride)
+
+
+def _flat(t):
+    impl = t._impl
+    return impl.storage.typed(impl.dtype.np)[impl.storage_offset : impl.storage_offset + t.numel()]
+
+
+@stub("sum").register("cuda")
+def sum_cuda(x, out, outer, inner):
+    check_dtype("sum", x.dtype)
+    blocks = 1 if rcuda.simulator_enabled() else min(outer, 65535)
+    sum_rows_kernel[blocks, reduce_threads(inner)](
+        _flat(x), _flat(out), outer, inner, x.dtype.np.type(0)
+    )
+
+
+@stub("max").register("cuda")
+def max_cuda(x, values, indices, outer, inner):
+    check_dtype("max", x.dtype)
+    blocks, threads = launch_config(outer)
+    max_rows_kernel[blocks, threads](_flat(x), _flat(values), _flat(indices), outer, inner)
+
+
+#: Which CUDA matmul kernel ``bmm`` launches: "tiled" (shared memory) or "naive".
+MM_KERNEL = {"name": "tiled"}
+
+
+@stub("bmm").register("cuda")
+def bmm_cuda(a, b, out):
+    check_dtype("bmm", a.dtype)
+    from .tensor_shape import contiguous
+
+    b = contiguous(b)
+    batch, m, k = a.shape
+    n = b.shape[2]
+    k_ = mm_tiled_kernel if MM_KERNEL["name"] == "tiled" else mm_naive_kernel
+    grid = ((m + TILE - 1) // TILE, (n + TILE - 1) // TILE)
+    zero = a.dtype.np.type(0)
+    for p in range(batch):
+        A = _flat(a)[p * m * k : (p + 1) * m * k].reshape(m, k)
+        B = _flat(b)[p * k * n : (p + 1) * k * n].reshape(k, n)
+        C = _flat(out)[p * m * n : (p + 1) * m * n].reshape(m, n)
+        k_[grid, (TILE, TILE)](A, B, C, zero)

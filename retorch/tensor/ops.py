@@ -1,0 +1,603 @@
+"""The ops: device-independent front ends that check arguments, build a TensorIterator (or
+lay the data out for a reduction or matmul) and call the op's dispatch stub for the device.
+
+Mirrors the structured kernels of ``aten/src/ATen/native/BinaryOps.cpp`` (``add``, ``sub``,
+``mul``, ``div``, ``pow``, ``maximum``, comparisons, with their argument checks),
+``UnaryOps.cpp``, ``TensorCompare.cpp`` (``where``), ``Copy.cpp`` (``copy_``),
+``ReduceOps.cpp`` (``sum``, ``mean``, ``amax``, ``max``), ``SoftMax.cpp``,
+``TensorAdvancedIndexing.cpp`` (``index_select``, ``gather``) and ``LinearAlgebra.cpp``
+(``mm``, ``bmm``, ``matmul``). Kernels live in ``cpu_kernels.py`` and ``cuda_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from . import cpu_kernels as _cpu  # noqa: F401  (registers the CPU kernels)
+from . import cuda_kernels as _cuda  # noqa: F401  (registers the CUDA kernels)
+from . import scalar_ops as S
+from .dispatch_stub import stub
+from .dtype import as_dtype, bool_, int64
+from .expand_utils import infer_size
+from .tensor import Tensor, _wrap
+from .tensor_factories import (  # noqa: F401  (re-exported)
+    empty,
+    empty_like,
+    empty_strided,
+    full,
+    ones,
+    ones_like,
+    scalar_tensor,
+    zeros,
+    zeros_like,
+)
+from .tensor_impl import TensorImpl, storage_nbytes
+from .tensor_iterator import TensorIteratorConfig, resize_output
+from .tensor_shape import alias, contiguous
+from .wrap_dim_utils import dim_list_to_bitset, maybe_wrap_dim
+
+_py_max, _py_sum = builtins.max, builtins.sum
+
+
+def _as_tensor(x):
+    return x if isinstance(x, Tensor) else _wrap(x, None)
+
+
+# ---- elementwise binary -----------------------------------------------------------------------
+def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
+    a, b = _as_tensor(self), _as_tensor(other)
+    if out is not None:
+        resize_output(out, infer_size(a.shape, b.shape))
+    cfg = TensorIteratorConfig().add_output(out).add_input(a).add_input(b)
+    cfg.promote_inputs_to_common_dtype_ = True
+    cfg.cast_common_dtype_to_outputs_ = True
+    cfg.enforce_safe_casting_to_output_ = True
+    cfg.promote_integer_inputs_to_float_ = integer_to_float
+    it = cfg.build()
+    op = S.BINARY[name]
+    if alpha != 1:
+        op, alpha = S.ADD_ALPHA, (alpha if name == "add" else -alpha)
+    stub("binary")(it.device, it, op, alpha)
+    it.finish()
+    return it.output()
+
+
+def _check_alpha(a, b, alpha):
+    from .type_promotion import result_type
+
+    dt = result_type(_as_tensor(a), _as_tensor(b))
+    if isinstance(alpha, bool) and dt is not bool_ and alpha is not True:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if not dt.is_floating_point and isinstance(alpha, float):
+        raise RuntimeError(
+            "For integral input tensors, argument alpha must not be a floating point number."
+        )
+
+
+def add(input, other, alpha=1, out=None):
+    """``input + alpha * other`` (``torch.add``), into ``out`` when given."""
+    _check_alpha(input, other, alpha)
+    return _binary("add", input, other, out, alpha)
+
+
+def sub(input, other, alpha=1, out=None):
+    a, b = _as_tensor(input), _as_tensor(other)
+    if a.dtype is bool_ and b.dtype is bool_:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` "
+            "or `logical_xor()` operator instead."
+        )
+    if a.dtype is bool_ or b.dtype is bool_:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+            "trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+    _check_alpha(a, b, alpha)
+    return _binary("sub", a, b, out, alpha)
+
+
+def mul(input, other, out=None):
+    return _binary("mul", input, other, out)
+
+
+def div(input, other, out=None):
+    """True division: integer inputs give the default float dtype, as torch's."""
+    return _binary("div", input, other, out, integer_to_float=True)
+
+
+def pow(input, exponent, out=None):  # noqa: A001
+    a, b = _as_tensor(input), _as_tensor(exponent)
+    from .type_promotion import result_type
+
+    if not result_type(a, b).is_floating_point and _any(lt(b, 0)):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return _binary("pow", a, b, out)
+
+
+def maximum(input, other, out=None):
+    return _binary("maximum", input, other, out)
+
+
+def minimum(input, other, out=None):
+    return _binary("minimum", input, other, out)
+
+
+def _compare(name, self, other, out=None):
+    a, b = _as_tensor(self), _as_tensor(other)
+    if out is not None:
+        resize_output(out, infer_size(a.shape, b.shape))
+    cfg = TensorIteratorConfig().add_output(out).add_input(a).add_input(b)
+    cfg.promote_inputs_to_common_dtype_ = True
+    cfg.static_dtype = bool_
+    it = cfg.build()
+    stub("compare")(it.device, it, S.COMPARE[name])
+    it.finish()
+    return it.output()
+
+
+def gt(input, other, out=None):
+    return _compare("gt", input, other, out)
+
+
+def lt(input, other, out=None):
+    return _compare("lt", input, other, out)
+
+
+def ge(input, other, out=None):
+    return _compare("ge", input, other, out)
+
+
+def le(input, other, out=None):
+    return _compare("le", input, other, out)
+
+
+def eq(input, other, out=None):
+    return _compare("eq", input, other, out)
+
+
+def ne(input, other, out=None):
+    return _compare("ne", input, other, out)
+
+
+def _any(t: Tensor) -> bool:
+    return bool(t.cpu().numpy().any())
+
+
+# ---- elementwise unary --------------------------------------------------------------------------
+def _unary(name, x, integer_to_float=True):
+    cfg = TensorIteratorConfig().add_output(None).add_input(x)
+    cfg.promote_inputs_to_common_dtype_ = True
+    cfg.promote_integer_inputs_to_float_ = integer_to_float
+    it = cfg.build()
+    stub("unary")(it.device, it, S.UNARY[name])
+    return it.output()
+
+
+def neg(x):
+    if x.dtype is bool_:
+        raise RuntimeError(
+            "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+            "to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+    return _unary("neg", x, integer_to_float=False)
+
+
+def relu(x):
+    if x.dtype is bool_:
+        raise RuntimeError("Boolean inputs not supported for relu")
+    return _unary("relu", x, integer_to_float=False)
+
+
+def exp(x):
+    return _unary("exp", x)
+
+
+def log(x):
+    return _unary("log", x)
+
+
+def tanh(x):
+    return _unary("tanh", x)
+
+
+def sigmoid(x):
+    return _unary("sigmoid", x)
+
+
+def reciprocal(x):
+    return _unary("reciprocal", x)
+
+
+def where(condition, input, other):
+    c, a, b = _as_tensor(condition), _as_tensor(input), _as_tensor(other)
+    if c.dtype is not bool_:
+        raise RuntimeError(
+            "where expected condition to be a boolean tensor, but got a tensor with dtype "
+            f"{c.dtype.scalar_name}"
+        )
+    from .type_promotion import result_type
+
+    dt = result_type(a, b)
+    a, b = (a if a.dtype is dt else a.to(dtype=dt)), (b if b.dtype is dt else b.to(dtype=dt))
+    cfg = TensorIteratorConfig().add_output(None).add_input(c).add_input(a).add_input(b)
+    cfg.static_dtype = dt
+    it = cfg.build()
+    stub("where")(it.device, it)
+    return it.output()
+
+
+# ---- copies and conversions ---------------------------------------------------------------------
+def copy_(dst: Tensor, src) -> Tensor:
+    """``dst.copy_(src)``: ``src`` broadcast to ``dst``'s shape, converted to its dtype."""
+    src = _as_tensor(src)
+    if src.device != dst.device and src.dim() > 0:
+        src = to(src, dst.device)
+    src = src.expand(dst.shape) if src.shape != dst.shape else src
+    if dst.numel() == 0:
+        return dst
+    cfg = TensorIteratorConfig().add_output(dst).add_input(src)
+    cfg.static_dtype = dst.dtype
+    it = cfg.build()
+    stub("copy")(it.device, it)
+    return dst
+
+
+def clone(x: Tensor) -> Tensor:
+    out = empty_like(x)
+    return copy_(out, x)
+
+
+def to(x: Tensor, device=None, dtype=None) -> Tensor:
+    """``x.to(device, dtype)``: ``x`` itself when nothing changes, else a copy that keeps a
+    dense layout's strides (``preserve_format``)."""
+    device = device or x.device
+    dtype = x.dtype if dtype is None else as_dtype(dtype)
+    if device == x.device and dtype is x.dtype:
+        return x
+    if device == x.device:
+        return copy_(empty_like(x, dtype=dtype), x)
+    out = empty_like(x, dtype=dtype, device=device)
+    if x.numel() == 0:
+        return out
+    # lay the data out on the source device exactly as it will be on the target, then
+    # move the bytes in one transfer (cudaMemcpy in torch's copy_kernel_cuda)
+    src = x
+    if (
+        src.stride() != out.stride()
+        or dtype is not x.dtype
+        or not src._impl.is_non_overlapping_and_dense()
+    ):
+        src = empty_strided(out.shape, out.stride(), dtype, x.device)
+        copy_(src, x)
+    nbytes = storage_nbytes(out.shape, out.stride(), dtype.itemsize)
+    start = src.storage_offset() * dtype.itemsize
+    lo = out.storage_offset() * dtype.itemsize
+    src_bytes = src._impl.storage._data[start : start + nbytes]
+    dst_bytes = out._impl.storage._data[lo : lo + nbytes]
+    if device == "cuda":
+        dst_bytes.copy_to_device(np.ascontiguousarray(src_bytes))
+    else:
+        dst_bytes[:] = src_bytes.copy_to_host()
+    return out
+
+
+def contiguous_(x, memory_format="contiguous_format"):
+    return contiguous(x, memory_format)
+
+
+# ---- in place --------------------------------------------------------------------------------------
+def _check_inplace(x, other):
+    shape = infer_size(x.shape, _as_tensor(other).shape)
+    if shape != x.shape:
+        raise RuntimeError(
+            f"output with shape {list(x.shape)} doesn't match the broadcast shape {list(shape)}"
+        )
+
+
+def add_(x, other, alpha=1):
+    _check_inplace(x, other)
+    return add(x, other, alpha=alpha, out=x)
+
+
+def mul_(x, other):
+    _check_inplace(x, other)
+    return mul(x, other, out=x)
+
+
+def fill_(x, value):
+    return copy_(x, scalar_tensor(value, dtype=x.dtype) if not isinstance(value, Tensor) else value)
+
+
+def zero_(x):
+    return fill_(x, 0)
+
+
+# ---- reductions -------------------------------------------------------------------------------------
+def _reduce_layout(x, dim, keepdim, name):
+    """(x with reduced dims moved last and made contiguous, outer, inner, output shape)."""
+    n = x.dim()
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        reduced = [True] * _py_max(n, 1)
+    else:
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        reduced = dim_list_to_bitset(dims, n)
+    sizes = list(x.shape) if n else [1]
+    kept = [d for d in range(len(sizes)) if not reduced[d]]
+    gone = [d for d in range(len(sizes)) if reduced[d]]
+    xs = x if n else x.reshape(1)
+    xp = contiguous(xs.permute(*(kept + gone)))
+    outer = int(np.prod([sizes[d] for d in kept])) if kept else 1
+    inner = int(np.prod([sizes[d] for d in gone])) if gone else 1
+    if keepdim:
+        shape = [1 if reduced[d] else sizes[d] for d in range(len(sizes))] if n else []
+    else:
+        shape = [sizes[d] for d in kept] if n else []
+    if inner == 0 and name in ("amax", "max") and outer != 0:
+        if dim is None or not isinstance(dim, (int, tuple, list)) or dim == ():
+            raise RuntimeError(
+                f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument."
+            )
+        first = next(d for d in gone if sizes[d] == 0)
+        raise IndexError(f"{name}(): Expected reduction dim {first} to have non-zero size.")
+    return xp, outer, inner, tuple(shape)
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
+    """``torch.sum``: integer and bool inputs sum in int64, as torch's."""
+    if dtype is None:
+        dtype = x.dtype if x.dtype.is_floating_point else int64
+    xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, "sum")
+    if xp.dtype is not as_dtype(dtype):
+        xp = to(xp, dtype=dtype)
+    out = empty(shape, dtype=dtype, device=x.device)
+    if outer == 0:
+        return out
+    if inner == 0:
+        return fill_(out, 0)
+    stub("sum")(x.device, xp, out, outer, inner)
+    return out
+
+
+def mean(x, dim=None, keepdim=False):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(
+            "mean(): could not infer output dtype. Input dtype must be either a floating point "
+            f"or complex dtype. Got: {x.dtype.scalar_name}"
+        )
+    _, _, inner, _ = _reduce_layout(x, dim, keepdim, "mean")
+    return div(sum(x, dim, keepdim), inner)  # sum, then divide: ATen's mean_out does the same
+
+
+def _max_impl(x, dim, keepdim, name):
+    xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, name)
+    values = empty(shape, dtype=x.dtype, device=x.device)
+    indices = empty(shape, dtype=int64, device=x.device)
+    if outer:
+        stub("max")(x.device, xp, values, indices, outer, inner)
+    return values, indices
+
+
+def amax(x, dim=(), keepdim=False):
+    return _max_impl(x, dim, keepdim, "amax")[0]
+
+
+def max(x, dim=None, keepdim=False):  # noqa: A001
+    """``torch.max(x)`` (the largest element) or ``torch.max(x, dim)`` -> (values, indices)."""
+    if dim is None:
+        if x.numel() == 0:
+            raise RuntimeError(
+                "max(): Expected reduction dim to be specified for input.numel() == 0. Specify "
+                "the reduction dim with the 'dim' argument."
+            )
+        return _max_impl(x, None, False, "max")[0]
+    return _max_impl(x, dim, keepdim, "max")
+
+
+def _check_float(x, name):
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"{name}_lastdim_kernel_impl\" not implemented for '{x.dtype.scalar_name}'"
+        )
+
+
+def softmax(x, dim):
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim``: subtracting the max keeps exp from
+    overflowing and leaves the result unchanged (``aten/src/ATen/native/cpu/SoftMaxKernel.cpp``)."""
+    _check_float(x, "softmax")
+    dim = maybe_wrap_dim(dim, x.dim())
+    e = exp(sub(x, amax(x, dim, keepdim=True)))
+    return div(e, sum(e, dim, keepdim=True))
+
+
+def log_softmax(x, dim):
+    """``x - max - log(sum(exp(x - max)))`` along ``dim``."""
+    _check_float(x, "log_softmax")
+    dim = maybe_wrap_dim(dim, x.dim())
+    shifted = sub(x, amax(x, dim, keepdim=True))
+    return sub(shifted, log(sum(exp(shifted), dim, keepdim=True)))
+
+
+# ---- indexing ----------------------------------------------------------------------------------------
+def _gather_launch(src, dim, index, out_shape):
+    """Restride ``src`` so ``dim`` has stride 0 and let the index add ``i * stride[dim]``."""
+    strides = list(src.stride())
+    dim_stride = strides[dim] if src.dim() else 0
+    if src.dim():
+        strides[dim] = 0
+    src_r = Tensor(
+        TensorImpl(src._impl.storage, src.dtype, out_shape, strides, src.storage_offset())
+    )
+    cfg = TensorIteratorConfig().add_output(None).add_input(src_r).add_input(index)
+    cfg.static_dtype = src.dtype
+    it = cfg.build()
+    stub("gather")(it.device, it, dim_stride)
+    return it.output()
+
+
+def _index_bounds(index):
+    v = index.cpu().numpy()
+    return (int(v.min()), int(v.max())) if v.size else (0, -1)
+
+
+def index_select(x, dim, index):
+    if index.dtype.name not in ("int64", "int32"):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    dim = maybe_wrap_dim(dim, x.dim())
+    size = x.shape[dim] if x.dim() else 1
+    lo, hi = _index_bounds(index)
+    if lo < 0 or hi >= size:
+        raise IndexError("index out of range in self")
+    k = index.numel()
+    index = index.to(dtype=int64).reshape(k)
+    shape = list(x.shape)
+    if not shape:
+        return _gather_launch(x, 0, index.reshape(()), ())
+    shape[dim] = k
+    idx_strides = [0] * len(shape)
+    idx_strides[dim] = index.stride(0)
+    idx_r = alias(index, shape, idx_strides)
+    return _gather_launch(x, dim, idx_r, tuple(shape))
+
+
+def gather(x, dim, index):
+    if index.dtype.name not in ("int64", "int32"):
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+    dim = maybe_wrap_dim(dim, x.dim())
+    if index.dim() != x.dim() and not (x.dim() <= 1 and index.dim() <= 1):
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    for d in range(index.dim()):
+        if d != dim and index.shape[d] > x.shape[d]:
+            raise RuntimeError(
+                f"Size does not match at dimension {d} expected index {list(index.shape)} to be "
+                f"no larger than self {list(x.shape)} apart from dimension {dim}"
+            )
+    size = x.shape[dim] if x.dim() else 1
+    lo, hi = _index_bounds(index)
+    for v in (lo, hi):
+        if index.numel() and (v < 0 or v >= size):
+            raise RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {size}")
+    return _gather_launch(x, dim, index.to(dtype=int64), index.shape)
+
+
+# ---- matmul --------------------------------------------------------------------------------------------
+def _mm_dtype_check(a, b, n1="m1", n2="m2"):
+    if a.dtype is not b.dtype:
+        raise RuntimeError(
+            f"expected {n1} and {n2} to have the same dtype, but got: "
+            f"{_c_name(a.dtype)} != {_c_name(b.dtype)}"
+        )
+    if a.dtype is bool_:
+        raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
+
+
+def _c_name(d):
+    return {"float32": "float", "float64": "double", "int64": "long int", "int32": "int"}.get(
+        d.name, d.name
+    )
+
+
+def bmm(a, b):
+    if a.dim() != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    if b.dim() != 3:
+        raise RuntimeError("batch2 must be a 3D tensor")
+    batch, m, k = a.shape
+    if b.shape[0] != batch or b.shape[1] != k:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{batch}, {k}] but "
+            f"got: [{b.shape[0]}, {b.shape[1]}]."
+        )
+    _mm_dtype_check(a, b)
+    out = empty(batch, m, b.shape[2], dtype=a.dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    if k == 0:
+        return zero_(out)
+    stub("bmm")(a.device, contiguous(a), b, out)
+    return out
+
+
+def mm(a, b):
+    if a.dim() != 2:
+        raise RuntimeError("self must be a matrix")
+    if b.dim() != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+            f"{b.shape[0]}x{b.shape[1]})"
+        )
+    return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0)
+
+
+def mv(a, v):
+    if a.dim() != 2 or v.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {a.dim()}, {v.dim()}")
+    if a.shape[1] != v.shape[0]:
+        raise RuntimeError(
+            f"size mismatch, got input ({a.shape[0]}), mat ({a.shape[0]}x{a.shape[1]}), "
+            f"vec ({v.shape[0]})"
+        )
+    return mm(a, v.unsqueeze(1)).squeeze(1)
+
+
+def dot(a, b):
+    if a.dim() != 1 or b.dim() != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a.dim()}D and {b.dim()}D tensors")
+    if a.numel() != b.numel():
+        raise RuntimeError(
+            f"inconsistent tensor size, expected tensor [{a.numel()}] and src [{b.numel()}] to "
+            f"have the same number of elements, but got {a.numel()} and {b.numel()} elements "
+            "respectively"
+        )
+    _mm_dtype_check(a, b, "self", "other")
+    return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape(())
+
+
+def matmul(a, b):
+    """``at::matmul`` (LinearAlgebra.cpp): dot, mv, mm, or a batched mm over broadcast batch
+    dims; a >=3-d ``a`` with a 1- or 2-d ``b`` is folded into one mm."""
+    da, db = a.dim(), b.dim()
+    if da == 0 or db == 0:
+        raise RuntimeError(
+            f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D"
+        )
+    if da == 1 and db == 1:
+        return dot(a, b)
+    if da == 2 and db == 1:
+        return mv(a, b)
+    if da == 1 and db == 2:
+        return mm(a.unsqueeze(0), b).squeeze(0)
+    if da == 2 and db == 2:
+        return mm(a, b)
+    if da >= 3 and db <= 2:
+        folded = a.reshape(-1, a.shape[-1])
+        bb = b.unsqueeze(1) if db == 1 else b
+        out = mm(folded, bb)
+        shape = a.shape[:-1] + ((bb.shape[1],) if db == 2 else ())
+        return out.view(shape)
+    # batched: broadcast the batch dims, then one bmm
+    a2 = a.unsqueeze(0) if da == 1 else a
+    b2 = b.unsqueeze(-1) if db == 1 else b
+    n, m1 = a2.shape[-2], a2.shape[-1]
+    m2, p = b2.shape[-2], b2.shape[-1]
+    batch = infer_size(a2.shape[:-2], b2.shape[:-2])
+    nb = int(np.prod(batch)) if batch else 1
+    ae = a2.expand(batch + (n, m1)).reshape(nb, n, m1)
+    be = b2.expand(batch + (m2, p)).reshape(nb, m2, p)
+    if m1 != m2:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{nb}, {m1}] but "
+            f"got: [{nb}, {m2}]."
+        )
+    out = bmm(ae, be).view(batch + (n, p))
+    if da == 1:
+        out = out.squeeze(-2)
+    if db == 1:
+        out = out.squeeze(-1)
+    return out

@@ -1,0 +1,141 @@
+"""Storage: the raw bytes under a tensor. Mirrors ``c10/core/StorageImpl.h``.
+
+In torch a ``StorageImpl`` owns a ``DataPtr`` (a pointer plus the device it lives on), its
+size in bytes (``nbytes_``), the allocator that made it and a ``resizable_`` flag; a tensor
+(``TensorImpl``) only looks into it through sizes, strides and a storage offset, so many
+tensors (views) share one storage. Here the bytes are a 1-D ``numpy.uint8`` array on
+``"cpu"`` and a Numba device array of ``uint8`` on ``"cuda"``.
+
+Alignment: c10's CPU allocator returns memory aligned to ``c10::gAlignment`` = 64 bytes
+(``c10/core/alignment.h``: the width of an AVX-512 register, so vector loads never straddle
+a cache line). :func:`_aligned_empty` over-allocates by 63 bytes and slices at the first
+64-byte boundary; :class:`Storage` checks the result. Memory a storage *borrows* (from
+:func:`retorch.tensor.from_numpy`) keeps whatever alignment NumPy gave it, as in torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+#: ``c10::gAlignment``: every CPU allocation starts on a 64-byte boundary.
+ALIGNMENT = 64
+#: ``cudaMalloc`` returns 256-byte aligned memory (the CUDA Programming Guide's guarantee); the
+#: CUDA simulator's arrays are host memory without it, so it is checked only on a real GPU.
+CUDA_ALIGNMENT = 256
+
+#: Where CUDA storages get their bytes: ``fn(nbytes) -> device array of uint8``. The caching
+#: allocator (retorch.tensor.allocator) can install itself here with :func:`set_cuda_allocator`.
+_cuda_allocator = None
+
+
+def set_cuda_allocator(fn):
+    """Route every new CUDA storage through ``fn(nbytes)``; ``None`` restores the default."""
+    global _cuda_allocator
+    previous, _cuda_allocator = _cuda_allocator, fn
+    return previous
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGNMENT - 1, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    return raw[start : start + nbytes]
+
+
+def _cuda_empty(nbytes: int):
+    if _cuda_allocator is not None:
+        return _cuda_allocator(nbytes)
+    from numba import cuda
+
+    # A zero-byte device array still needs a valid object; Numba accepts shape (0,).
+    return cuda.device_array(max(nbytes, 0), dtype=np.uint8)
+
+
+def _simulated() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def _device_ptr(arr) -> int:
+    iface = getattr(arr, "__cuda_array_interface__", None)
+    if iface is not None:
+        return iface["data"][0]
+    return arr._ary.ctypes.data  # the CUDA simulator keeps a host array underneath
+
+
+class Storage:
+    """``c10::StorageImpl``: ``nbytes`` raw bytes on ``device``, shared by every view of them.
+
+    Make one with :meth:`allocate` (fresh, 64-byte aligned, resizable) or :meth:`from_buffer`
+    (borrowed NumPy memory, not resizable, as ``torch.from_numpy``'s storage).
+    """
+
+    __slots__ = ("_data", "device", "resizable", "_owner", "_typed", "__weakref__")
+
+    def __init__(self, data, device: str, resizable: bool, owner=None):
+        self._data = data
+        self.device = device
+        self.resizable = resizable
+        self._owner = owner  # keeps borrowed memory alive, as DataPtr's deleter context does
+        self._typed = {}
+
+    @classmethod
+    def allocate(cls, nbytes: int, device: str = "cpu") -> Storage:
+        if device == "cpu":
+            data = _aligned_empty(nbytes)
+        elif device == "cuda":
+            data = _cuda_empty(nbytes)
+        else:
+            raise RuntimeError(
+                f"Expected one of cpu, cuda device type at start of device string: {device}"
+            )
+        s = cls(data, device, resizable=True)
+        align = ALIGNMENT if device == "cpu" else CUDA_ALIGNMENT
+        if nbytes and s.data_ptr() % align and (device == "cpu" or not _simulated()):
+            raise AssertionError(f"storage at {s.data_ptr():#x} is not {align}-byte aligned")
+        return s
+
+    @classmethod
+    def from_buffer(cls, arr: np.ndarray, start: int, nbytes: int) -> Storage:
+        """The ``nbytes`` bytes of ``arr``'s memory from address ``start``, borrowed."""
+        buf = (ctypes.c_uint8 * nbytes).from_address(start) if nbytes else bytearray()
+        data = np.frombuffer(buf, dtype=np.uint8)
+        return cls(data, "cpu", resizable=False, owner=arr)
+
+    def nbytes(self) -> int:
+        return int(self._data.shape[0])
+
+    def data_ptr(self) -> int:
+        """The address of byte 0 (``StorageImpl::data()``)."""
+        if self.device == "cpu":
+            return int(self._data.ctypes.data)
+        return int(_device_ptr(self._data)) if self.nbytes() else 0
+
+    def typed(self, np_dtype):
+        """The bytes seen as a 1-D array of ``np_dtype`` (cached): what kernels index into."""
+        key = np.dtype(np_dtype)
+        arr = self._typed.get(key)
+        if arr is None:
+            n = self.nbytes() // key.itemsize * key.itemsize
+            arr = self._data[:n].view(key) if n or self.device == "cpu" else self._data.view(key)
+            self._typed[key] = arr
+        return arr
+
+    def resize_(self, nbytes: int) -> Storage:
+        """Grow or shrink in place, keeping the first bytes (``StorageImpl::set_nbytes``)."""
+        if not self.resizable:
+            raise RuntimeError("Trying to resize storage that is not resizable")
+        old = self._data
+        new = Storage.allocate(nbytes, self.device)._data
+        keep = min(nbytes, self.nbytes())
+        if self.device == "cpu":
+            new[:keep] = old[:keep]
+        elif keep:
+            new[:keep].copy_to_device(old[:keep])
+        self._data, self._typed = new, {}
+        return self
+
+    def __repr__(self):
+        return f"Storage(nbytes={self.nbytes()}, device={self.device!r})"

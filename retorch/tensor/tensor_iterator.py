@@ -1,0 +1,377 @@
+"""TensorIterator: how an elementwise op walks its operands. Mirrors
+``aten/src/ATen/TensorIterator.cpp`` (``TensorIteratorBase::build`` and the steps it calls)
+and ``aten/src/ATen/TensorIterator.h`` (``TensorIteratorConfig``, ``OperandInfo``).
+
+``build`` runs torch's steps in torch's order:
+
+1. ``compute_shape``: broadcast every input's sizes together (``infer_size``);
+2. ``compute_types``: one common device (0-dim CPU tensors may join a CUDA op, as torch's
+   "CPU scalars"), the common dtype by ``result_type``, the output dtype, and the cast of
+   inputs to the common dtype (torch casts inside its loops; here a converted copy is made);
+3. ``fast_set_up``: operands of one shape that are all contiguous, all channels_last or all
+   dense with the same strides run as a single 1-d loop, the output taking their layout;
+4. otherwise ``compute_strides`` (byte strides, 0 for broadcast dims), ``reorder_dimensions``
+   (sort dims fastest first, so the output inherits the inputs' memory order: ``a.t() + 1``
+   is laid out as ``a.t()``), ``allocate_or_resize_outputs`` and ``coalesce_dimensions``
+   (merge neighbouring dims that are contiguous for every operand).
+
+The result is what a kernel needs: the iteration ``shape`` (dim 0 fastest), per-operand
+byte strides, storage offsets and the typed storage arrays. Kernels (``cpu_kernels``,
+``cuda_kernels``) receive strides in elements: bytes divided by each operand's item size.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .dtype import bool_, default_dtype
+from .expand_utils import infer_size
+from .tensor import Tensor
+from .tensor_impl import contiguous_strides
+from .type_promotion import ResultTypeState, can_cast
+
+
+class OperandInfo:
+    """``at::OperandInfo``: one tensor taking part, with its byte strides in iteration order."""
+
+    __slots__ = ("tensor", "is_output", "will_resize", "stride_bytes", "target_dtype")
+
+    def __init__(self, tensor, is_output):
+        self.tensor = tensor
+        self.is_output = is_output
+        self.will_resize = False
+        self.stride_bytes: list[int] = []
+        self.target_dtype = None if tensor is None else tensor.dtype
+
+
+class TensorIteratorConfig:
+    """``at::TensorIteratorConfig``: operands and the promotion rules of one op."""
+
+    def __init__(self):
+        self.outputs: list = []
+        self.inputs: list = []
+        self.promote_inputs_to_common_dtype_ = False
+        self.promote_integer_inputs_to_float_ = False
+        self.cast_common_dtype_to_outputs_ = False
+        self.enforce_safe_casting_to_output_ = False
+        self.check_all_same_dtype_ = True
+        self.static_dtype = None  # output dtype fixed by the op (bool for comparisons)
+        self.is_reduction = False
+
+    def add_output(self, t):
+        self.outputs.append(t)
+        return self
+
+    def add_input(self, t):
+        self.inputs.append(t)
+        return self
+
+    def build(self) -> TensorIterator:
+        return TensorIterator(self)
+
+
+class TensorIterator:
+    def __init__(self, config: TensorIteratorConfig):
+        self.operands = [OperandInfo(t, True) for t in config.outputs]
+        self.operands += [OperandInfo(t, False) for t in config.inputs]
+        self.noutputs = len(config.outputs)
+        self.shape: list[int] = []
+        self.perm: list[int] = []
+        self.common_dtype = None
+        self.device = "cpu"
+        self._out_copy_back: list = []
+        self.compute_shape()
+        self.compute_types(config)
+        if not self.fast_set_up():
+            self.compute_strides()
+            self.reorder_dimensions()
+            self.allocate_or_resize_outputs()
+            self.coalesce_dimensions()
+
+    # -- step 1 ---------------------------------------------------------------------------
+    def compute_shape(self):
+        shape: tuple[int, ...] = ()
+        self.all_ops_same_shape = True
+        first = None
+        for op in self.operands:
+            if op.tensor is None:
+                continue
+            if op.is_output:
+                continue  # an out= tensor of the wrong shape is resized, not broadcast
+            shape = infer_size(shape, op.tensor.shape)
+            if first is None:
+                first = op.tensor.shape
+            elif op.tensor.shape != first:
+                self.all_ops_same_shape = False
+        for op in self.operands:
+            if op.is_output and op.tensor is not None and op.tensor.shape != shape:
+                self.all_ops_same_shape = False
+        self.shape = list(shape)
+
+    # -- step 2 ---------------------------------------------------------------------------
+    def compute_types(self, config):
+        device = "cpu"
+        for op in self.operands:
+            if op.tensor is not None and op.tensor.device != "cpu":
+                device = op.tensor.device
+        for op in self.operands:
+            t = op.tensor
+            if t is None or t.device == device:
+                continue
+            if not op.is_output and t.dim() == 0:
+                continue  # a CPU scalar may take part in a CUDA op
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, {_device_name(device)} and {_device_name(t.device)}!"
+            )
+        self.device = device
+
+        state = ResultTypeState()
+        for op in self.operands:
+            if not op.is_output:
+                state.update(op.tensor)
+        common = state.result()
+        if config.promote_integer_inputs_to_float_ and not common.is_floating_point:
+            common = default_dtype
+        self.common_dtype = common
+        out_dtype = config.static_dtype or common
+        for op in self.operands:
+            t = op.tensor
+            if op.is_output:
+                if t is None:
+                    op.target_dtype = out_dtype
+                    op.will_resize = True
+                    continue
+                if config.enforce_safe_casting_to_output_ and not can_cast(common, t.dtype):
+                    raise RuntimeError(
+                        f"result type {common.scalar_name} can't be cast to the desired output "
+                        f"type {t.dtype.scalar_name}"
+                    )
+                if t.dtype is not out_dtype:
+                    # compute in the common dtype, then copy (and cast) into the given output
+                    self._out_copy_back.append((op, t))
+                    op.tensor = Tensor_like_empty(t.shape, out_dtype, t.device)
+                continue
+            if config.promote_inputs_to_common_dtype_ and t.dtype is not common:
+                op.tensor = t.to(dtype=common)
+            if t.device != device:
+                op.tensor = op.tensor.to(device)
+
+    # -- step 3 ---------------------------------------------------------------------------
+    def fast_set_up(self) -> bool:
+        if not self.all_ops_same_shape:
+            return False
+        defined = [op.tensor for op in self.operands if op.tensor is not None]
+        if not defined:
+            return False
+        impls = [t._impl for t in defined]
+        if all(i.is_contiguous() for i in impls):
+            strides = contiguous_strides(self.shape)
+        elif all(i.is_channels_last_contiguous() for i in impls):
+            from .tensor_impl import channels_last_strides_2d
+
+            strides = channels_last_strides_2d(self.shape)
+        elif all(i.is_non_overlapping_and_dense() for i in impls) and all(
+            i.strides == impls[-1].strides for i in impls
+        ):
+            strides = impls[-1].strides
+        else:
+            return False
+        for op in self.operands:
+            if op.tensor is None:
+                op.tensor = _empty_strided(self.shape, strides, op.target_dtype, self.device)
+        if len(self.shape) >= 1:
+            numel = int(np.prod(self.shape))
+            self.shape = [numel]
+            for op in self.operands:
+                op.stride_bytes = [op.tensor.element_size()]
+        self.perm = list(range(len(self.shape)))
+        return True
+
+    # -- step 4 ---------------------------------------------------------------------------
+    def compute_strides(self):
+        ndim = len(self.shape)
+        for op in self.operands:
+            if op.tensor is None:
+                continue
+            t = op.tensor
+            sizes, strides, item = t.shape, t.stride(), t.element_size()
+            offset = ndim - len(sizes)
+            op.stride_bytes = [0] * ndim
+            for i in range(len(sizes)):
+                # a size-1 dim broadcast against a larger one reads the same element: stride 0
+                if sizes[i] == 1 and self.shape[offset + i] != 1:
+                    op.stride_bytes[offset + i] = 0
+                else:
+                    op.stride_bytes[offset + i] = strides[i] * item
+
+    def reorder_dimensions(self):
+        """Sort dims by stride, fastest first: an insertion sort with ambiguous comparisons."""
+        ndim = len(self.shape)
+        self.perm = list(range(ndim - 1, -1, -1))
+        if ndim <= 1:
+            self.perm = list(range(ndim))
+            return
+
+        def should_swap(dim0, dim1):
+            for op in self.operands:
+                if op.tensor is None or op.will_resize:
+                    continue
+                s0, s1 = op.stride_bytes[dim0], op.stride_bytes[dim1]
+                if s0 == 0 or s1 == 0:
+                    continue  # a broadcast dim says nothing about memory order
+                if s0 < s1:
+                    return -1
+                if s0 > s1:
+                    return 1
+                if self.shape[dim0] > self.shape[dim1]:  # equal strides: size breaks the tie
+                    return 1
+            return 0
+
+        perm = self.perm
+        for i in range(1, ndim):
+            dim1 = i
+            for dim0 in range(i - 1, -1, -1):
+                c = should_swap(perm[dim0], perm[dim1])
+                if c > 0:
+                    perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                    dim1 = dim0
+                elif c < 0:
+                    break
+        self.shape = [self.shape[p] for p in perm]
+        for op in self.operands:
+            if op.stride_bytes:
+                op.stride_bytes = [op.stride_bytes[p] for p in perm]
+
+    def _invert_perm(self, values):
+        out = [0] * len(values)
+        for i, p in enumerate(self.perm):
+            out[p] = values[i]
+        return out
+
+    def allocate_or_resize_outputs(self):
+        for op in self.operands:
+            if not op.is_output or not op.will_resize:
+                continue
+            item = op.target_dtype.itemsize
+            shape = self._invert_perm(self.shape)
+            # compatible_stride: row-major in iteration order (dim 0 fastest), then inverted
+            stride_bytes, nxt = [], item
+            for s in self.shape:
+                stride_bytes.append(nxt)
+                nxt *= s
+            op.stride_bytes = stride_bytes
+            strides = [s // item for s in self._invert_perm(stride_bytes)]
+            if self.perm == list(range(len(self.shape) - 1, -1, -1)):
+                strides = list(contiguous_strides(shape))  # torch takes the contiguous path
+            op.tensor = _empty_strided(shape, strides, op.target_dtype, self.device)
+            op.will_resize = False
+
+    def coalesce_dimensions(self):
+        ndim = len(self.shape)
+        if ndim <= 1:
+            return
+        shape = self.shape
+        ops = [op for op in self.operands if op.stride_bytes]
+
+        def can_coalesce(d0, d1):
+            if shape[d0] == 1 or shape[d1] == 1:
+                return True
+            return all(shape[d0] * op.stride_bytes[d0] == op.stride_bytes[d1] for op in ops)
+
+        prev = 0
+        for dim in range(1, ndim):
+            if can_coalesce(prev, dim):
+                if shape[prev] == 1:
+                    for op in ops:
+                        op.stride_bytes[prev] = op.stride_bytes[dim]
+                shape[prev] *= shape[dim]
+            else:
+                prev += 1
+                if prev != dim:
+                    for op in ops:
+                        op.stride_bytes[prev] = op.stride_bytes[dim]
+                    shape[prev] = shape[dim]
+        del shape[prev + 1 :]
+        for op in ops:
+            del op.stride_bytes[prev + 1 :]
+
+    # -- what kernels read ------------------------------------------------------------------
+    def output(self, i=0) -> Tensor:
+        return self.operands[i].tensor
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def kernel_args(self):
+        """(arrays, offsets, shape, strides): typed storages, element offsets, the iteration
+        shape as int64 (one dim of size 1 for a 0-dim op) and element strides [operand, dim]."""
+        arrays, offsets = [], []
+        for op in self.operands:
+            impl = op.tensor._impl
+            arrays.append(impl.storage.typed(impl.dtype.np))
+            offsets.append(impl.storage_offset)
+        shape = self.shape or [1]
+        strides = np.zeros((len(self.operands), len(shape)), dtype=np.int64)
+        for k, op in enumerate(self.operands):
+            item = op.tensor.element_size()
+            for d, s in enumerate(op.stride_bytes):
+                strides[k, d] = s // item
+        return arrays, offsets, np.asarray(shape, dtype=np.int64), strides
+
+    def finish(self):
+        """Copy results computed in the common dtype into ``out=`` tensors of another dtype."""
+        from . import ops
+
+        for op, original in self._out_copy_back:
+            ops.copy_(original, op.tensor)
+            op.tensor = original
+
+
+def _device_name(device):
+    return "cuda:0" if device == "cuda" else device
+
+
+def _empty_strided(shape, strides, dtype, device):
+    from .tensor_factories import empty_strided
+
+    return empty_strided(shape, strides, dtype, device)
+
+
+def Tensor_like_empty(shape, dtype, device):  # noqa: N802
+    from .tensor_factories import empty
+
+    return empty(shape, dtype=dtype, device=device)
+
+
+def resize_output(out: Tensor, shape) -> None:
+    """``at::native::resize_output``: an ``out=`` tensor of the wrong shape is resized, with
+    torch's deprecation warning when it held elements."""
+    shape = tuple(shape)
+    if out.shape == shape:
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
+            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+            "resized unless they have zero elements. You can explicitly reuse an out tensor t by "
+            "resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+        )
+    impl = out._impl
+    strides = contiguous_strides(shape)
+    from .tensor_impl import storage_nbytes
+
+    need = storage_nbytes(shape, strides, impl.dtype.itemsize, impl.storage_offset)
+    if need > impl.storage.nbytes():
+        impl.storage.resize_(need)
+    impl.sizes, impl.strides = shape, strides
+
+
+__all__ = ["TensorIterator", "TensorIteratorConfig", "OperandInfo", "resize_output", "bool_"]
