@@ -55,7 +55,10 @@ def test_constants_equal_the_headers_torch_installs():
         "kRoundLarge": kRoundLarge,
     }
     assert {k: int(found[k]) for k in ours} == ours
-    assert kLargeBuffer == 20 * MiB  # `const size_t kLargeBuffer = 20971520;` in the .cpp
+    # kLargeBuffer is the default of AcceleratorAllocatorConfig::large_segment_size_ in v2.13.0
+    text = header.read_text()
+    assert int(re.search(r"large_segment_size_\{(\d+)\}", text).group(1)) == kLargeBuffer
+    assert "max_split_size_{std::numeric_limits<size_t>::max()}" in text and SIZE_MAX == 2**64 - 1
 
 
 @pytest.mark.parametrize(
@@ -109,6 +112,13 @@ def test_roundup_power2_divisions():
 )
 def test_get_allocation_size(size, segment):
     assert get_allocation_size(size) == segment
+
+
+def test_large_segment_size_is_configurable():
+    # PYTORCH_CUDA_ALLOC_CONF=large_segment_size_mb:40 in torch 2.13
+    a = CUDACachingAllocator(GiB, large_segment_size=40 * MiB)
+    a.malloc(5 * MiB)
+    assert stat(a, "reserved_bytes.all.current") == 40 * MiB
 
 
 @pytest.mark.parametrize(

@@ -55,8 +55,9 @@ kMinBlockSize = 512  # all sizes are rounded to at least 512 bytes
 kSmallSize = 1048576  # largest "small" allocation is 1 MiB
 kMinLargeAlloc = 10485760  # allocations between 1 and 10 MiB may use kLargeBuffer
 kRoundLarge = 2097152  # round up large allocations to 2 MiB
-# c10/cuda/CUDACachingAllocator.cpp: `const size_t kLargeBuffer = 20971520;`
-kLargeBuffer = 20971520  # "large" allocations may be packed in 20 MiB blocks
+# "large" allocations may be packed in 20 MiB blocks: `const size_t kLargeBuffer = 20971520;` in
+# CUDACachingAllocator.cpp, in v2.13.0 the default of `large_segment_size_` (AllocatorConfig.h:340)
+kLargeBuffer = 20971520
 #: ``max_split_size_``'s default, ``std::numeric_limits<size_t>::max()`` (AllocatorConfig.h:342)
 SIZE_MAX = 2**64 - 1
 
@@ -117,12 +118,12 @@ def round_size(size: int, roundup_power2_divisions: int = 0) -> int:
     return kMinBlockSize * ((size + kMinBlockSize - 1) // kMinBlockSize)
 
 
-def get_allocation_size(size: int) -> int:
+def get_allocation_size(size: int, large_segment_size: int = kLargeBuffer) -> int:
     """``get_allocation_size``: the segment ``cudaMalloc`` is asked for, for a rounded size."""
     if size <= kSmallSize:
         return kSmallBuffer
     if size < kMinLargeAlloc:
-        return kLargeBuffer
+        return large_segment_size
     return kRoundLarge * ((size + kRoundLarge - 1) // kRoundLarge)
 
 
@@ -297,6 +298,7 @@ class CUDACachingAllocator:
         max_split_size: int = SIZE_MAX,
         max_non_split_rounding_size: int = kLargeBuffer,
         roundup_power2_divisions: int = 0,
+        large_segment_size: int = kLargeBuffer,
         device: int = 0,
     ):
         if max_split_size != SIZE_MAX and max_split_size <= kLargeBuffer:
@@ -311,6 +313,7 @@ class CUDACachingAllocator:
         self.max_split_size = max_split_size
         self.max_non_split_rounding_size = max_non_split_rounding_size
         self.roundup_power2_divisions = roundup_power2_divisions
+        self.large_segment_size = large_segment_size
         self.large_blocks = BlockPool(small=False)
         self.small_blocks = BlockPool(small=True)
         self.active_blocks: set[Block] = set()
@@ -328,9 +331,8 @@ class CUDACachingAllocator:
             raise RuntimeError(f"cannot allocate a negative number of bytes ({orig_size})")
         size = round_size(orig_size, self.roundup_power2_divisions)
         pool = self.get_pool(size)
-        params = AllocParams(
-            size, stream, pool, get_allocation_size(size), self.get_stat_types_for_pool(pool)
-        )
+        alloc_size = get_allocation_size(size, self.large_segment_size)
+        params = AllocParams(size, stream, pool, alloc_size, self.get_stat_types_for_pool(pool))
         block_found = self.get_free_block(params)
         if not block_found:
             block_found = (
@@ -439,6 +441,7 @@ class CUDACachingAllocator:
     # -- the steps of malloc and free, named and ordered as in the C++ --
 
     def get_pool(self, size: int) -> BlockPool:
+        """``if (size <= kSmallSize) return small_blocks; else return large_blocks;``"""
         return self.small_blocks if size <= kSmallSize else self.large_blocks
 
     @staticmethod
@@ -446,12 +449,16 @@ class CUDACachingAllocator:
         return (0, 1) if pool.is_small else (0, 2)
 
     def should_split(self, block: Block, size: int) -> bool:
+        """Small pool: ``remaining >= kMinBlockSize``; large pool:
+        ``(size < max_split_size()) && (remaining > kSmallSize)``."""
         remaining = block.size - size
         if block.pool.is_small:
             return remaining >= kMinBlockSize
         return size < self.max_split_size and remaining > kSmallSize
 
     def get_free_block(self, p: AllocParams) -> bool:
+        """Best fit: ``pool.blocks.lower_bound(&p.search_key)``, the first block of the same stream
+        at least ``p.size`` bytes large, unless the ``max_split_size`` rules turn it down."""
         pool = p.pool
         i = pool.lower_bound(p.stream, p.size)
         if i == len(pool) or pool[i].stream != p.stream:
@@ -470,6 +477,7 @@ class CUDACachingAllocator:
         return True
 
     def alloc_block(self, p: AllocParams, is_retry: bool) -> bool:
+        """``cudaMalloc`` a new segment of ``p.alloc_size`` bytes as one unsplit block."""
         size = p.alloc_size
         if is_retry:
             self.stats.num_alloc_retries += 1
@@ -487,6 +495,8 @@ class CUDACachingAllocator:
         return True
 
     def alloc_found_block(self, p: AllocParams, orig_size: int, split_remainder: bool) -> Block:
+        """Hand out ``p.block``; when splitting, the new block takes the front ``p.size`` bytes and
+        the old ``Block`` object, shrunk, goes back to the pool as the remainder."""
         block, pool, stats = p.block, p.pool, self.stats
         already_split = block.is_split()
         if split_remainder:
@@ -526,6 +536,7 @@ class CUDACachingAllocator:
         return block
 
     def free_block(self, block: Block) -> None:
+        """Merge the block with free neighbours (``prev`` then ``next``) and cache it."""
         original_block_size, requested_size = block.size, block.requested_size
         pool = block.pool
         net_blocks = net_bytes = 0
@@ -600,17 +611,20 @@ class CUDACachingAllocator:
         return True
 
     def release_cached_blocks(self) -> bool:
+        """``synchronize_and_free_events``, then ``release_blocks`` of the large and small pool."""
         self.stats.num_sync_all_streams += 1  # synchronize_and_free_events
         self.release_blocks(self.large_blocks)
         self.release_blocks(self.small_blocks)
         return True
 
     def release_blocks(self, pool: BlockPool) -> None:
-        for block in pool:  # frees all non-split blocks
+        """``cudaFree`` every cached block that is a whole segment (``!prev && !next``)."""
+        for block in pool:
             if block.prev is None and block.next is None:
                 self.release_block(block)
 
     def release_block(self, block: Block) -> None:
+        """``cudaFree`` one whole cached segment and drop it from the stats."""
         assert not block.is_split(), "only whole segments go back to the device"
         self.stats.num_device_free += 1
         self._cuda_free(block.segment)
