@@ -119,6 +119,12 @@ def apply(lib, op: str, a, b):
         if a.dim() == 2:
             return a @ b.t() if b.dim() == 2 and b.shape[1] == a.shape[1] else a @ a.t()
         return a * a
+    if op == "view_inplace":  # in place on a view of a non-leaf: CopySlices
+        c = a * 1
+        view = c[0] if a.shape[0] > 1 else c[:, 0] if a.dim() > 1 else c[:1]
+        view.mul_(b.sum())
+        view.add_(b.sum(), alpha=2)
+        return c
     if op == "cross_entropy":
         return (
             lib.cross_entropy(a, lib.const(torch.tensor([0, 1, 0])))
@@ -137,12 +143,12 @@ OPS = [
 
 
 @st.composite
-def programs(draw):
+def programs(draw, ops=tuple(OPS)):
     """Leaf shapes, then steps (op, operand, operand) with operands picked from all values so far."""
     shapes = draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=4))
     steps = draw(
         st.lists(
-            st.tuples(st.sampled_from(OPS), st.integers(0, 10**6), st.integers(0, 10**6)),
+            st.tuples(st.sampled_from(ops), st.integers(0, 10**6), st.integers(0, 10**6)),
             min_size=1,
             max_size=14,
         )
@@ -231,6 +237,14 @@ def test_same_graph_saved_tensors_order_and_gradients(program):
     for a, b, leaf, tleaf in zip(grads, tgrads, leaves, tleaves):
         close(a, b)
         close(leaf.grad, tleaf.grad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs(ops=(*OPS, "view_inplace", "view_inplace")))
+def test_in_place_on_views_same_graph_saved_tensors_order_and_gradients(program):
+    """CopySlices and regenerated view nodes in random graphs. (Not in the second-derivative
+    test: retorch computes their gradients on raw data, not differentiably.)"""
+    test_same_graph_saved_tensors_order_and_gradients.hypothesis.inner_test(program)
 
 
 @settings(max_examples=40, deadline=None)
