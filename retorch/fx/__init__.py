@@ -9,7 +9,7 @@ from .graph_module import GraphModule
 from .interpreter import Interpreter, Transformer
 from .node import Node, map_arg
 from .proxy import Proxy, TraceError
-from .symbolic_trace import PH, Tracer, symbolic_trace
+from .symbolic_trace import PH, Tracer, symbolic_trace, wrap
 
 __all__ = ["Graph", "GraphModule", "Interpreter", "Node", "PH", "Proxy", "TraceError",
-           "Tracer", "Transformer", "map_arg", "symbolic_trace"]  # fmt: skip
+           "Tracer", "Transformer", "map_arg", "symbolic_trace", "wrap"]  # fmt: skip

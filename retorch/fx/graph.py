@@ -119,7 +119,7 @@ class CodeGen:
     """Writes `def forward(self, ...)` from the node list (graph.py CodeGen._gen_python_code)."""
 
     def gen_python_code(self, nodes, root_module: str, namespace, verbose=False) -> PythonCode:
-        free_vars, body, globals_ = [], [], {}
+        free_vars, body, globals_, wrapped_fns = [], [], {}, {}
 
         def add_global(name_hint: str, obj) -> str:
             if _is_from_torch(obj) and obj is not torch.device:
@@ -214,6 +214,8 @@ class CodeGen:
                         body.append(
                             f"{node!r}{ann} = {global_name}({_format_args(a, node.kwargs)})"
                         )
+                    if node.meta.get("is_wrapped"):
+                        wrapped_fns.setdefault(global_name)
             elif node.op == "call_module":
                 call = _format_target(root_module, node.target)
                 body.append(f"{node!r}{ann} = {call}({_format_args(node.args, node.kwargs)})")
@@ -233,10 +235,16 @@ class CodeGen:
             delete_unused_values(node)
         if not body:
             body.append("pass\n")
+        wrap_stmts = ""
+        if wrapped_fns:  # re-register leaf functions, so re-tracing the module keeps them
+            from .symbolic_trace import wrap
+
+            wrap_name = add_global("wrap", wrap)
+            wrap_stmts = "\n".join(f'{wrap_name}("{name}")' for name in wrapped_fns)
         prologue = f"def forward({', '.join(['self'] + free_vars)}){returns[0]}:"
         code = "".join(body).lstrip("\n")
         code = "\n".join("    " + line for line in code.split("\n"))
-        return PythonCode(f"\n\n\n{prologue}\n{code}", globals_)
+        return PythonCode(f"\n{wrap_stmts}\n\n{prologue}\n{code}", globals_)
 
 
 class Graph:

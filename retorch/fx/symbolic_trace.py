@@ -4,24 +4,88 @@ Mirrors torch/fx/_symbolic_trace.py at torch v2.13.0: `Tracer` (`create_arg` tur
 buffers and constant tensors into get_attr nodes, `is_leaf_module`, `path_of_module`,
 `call_module`, `getattr`, `create_args_for_root` with `concrete_args` and `PH`, `trace`, which
 patches `torch.nn.Module.__call__` and `__getattr__` for the duration) and `symbolic_trace`.
-Left out: `wrap`/autowrap of `math` functions, pytree codegen for nested inputs, scopes and
-stack traces.
+`wrap` and the autowrapping of `math` functions (`math.sqrt(proxy)` becomes a call_function
+node) patch module globals the same way. Left out: pytree codegen for nested inputs, scopes,
+stack traces and the `param_shapes_constant` ParameterProxy.
 """
 
 import collections
 import functools
 import inspect
+import math
 from types import FunctionType
 
 import torch
 
 from .graph import Graph
 from .graph_module import GraphModule
-from .proxy import TracerBase, base_types
+from .node import map_aggregate
+from .proxy import Proxy, TracerBase, base_types
 
 HAS_VARSTUFF = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
 _orig_module_call = torch.nn.Module.__call__
 _orig_module_getattr = torch.nn.Module.__getattr__
+
+
+_wrapped_fns_to_patch: dict = {}  # (id(globals), name) -> globals holding a leaf function
+
+
+def wrap(fn_or_name):
+    """Declare, at module scope, a function to record as one call_function node (a leaf)."""
+    name = fn_or_name if isinstance(fn_or_name, str) else fn_or_name.__name__
+    f_globals = inspect.currentframe().f_back.f_globals
+    _wrapped_fns_to_patch[(id(f_globals), name)] = f_globals
+    return fn_or_name
+
+
+def _create_wrapped_func(orig_fn):
+    @functools.wraps(orig_fn)
+    def wrapped(*args, **kwargs):
+        proxies = []
+        map_aggregate((args, kwargs), lambda a: proxies.append(a) if isinstance(a, Proxy) else a)
+        if not proxies:
+            return orig_fn(*args, **kwargs)
+        proxy = proxies[0].tracer.create_proxy("call_function", orig_fn, args, kwargs)
+        proxy.node.meta["is_wrapped"] = True
+        return proxy
+
+    return wrapped
+
+
+class _Patcher:
+    """Swaps entries of dicts (module globals, class dicts) and puts them all back on exit."""
+
+    def __init__(self):
+        self.undo = []
+
+    def patch(self, frame_dict: dict, name: str, new_fn) -> None:
+        self.undo.append((frame_dict, name, frame_dict.get(name, _MISSING)))
+        frame_dict[name] = new_fn
+
+    def patch_method(self, cls: type, name: str, new_fn) -> None:
+        orig = getattr(cls, name)
+        self.undo.append((None, name, lambda: setattr(cls, name, orig)))
+        setattr(cls, name, new_fn)
+
+    def autowrap(self, frame_dict: dict, function_ids: set) -> None:
+        for name, value in list(frame_dict.items()):
+            if not name.startswith("_") and callable(value) and id(value) in function_ids:
+                self.patch(frame_dict, name, _create_wrapped_func(value))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for frame_dict, name, orig in reversed(self.undo):
+            if frame_dict is None:
+                orig()  # a class attribute: put the original back
+            elif orig is _MISSING:
+                del frame_dict[name]
+            else:
+                frame_dict[name] = orig
+
+
+_MISSING = object()
 
 
 class PHBase:
@@ -51,9 +115,14 @@ class Tracer(TracerBase):
 
     _qualname_counter: dict = collections.defaultdict(int)
 
-    def __init__(self):
+    def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
         self.submodule_paths = None
         self.tensor_attrs: dict = {}
+        self._autowrap_function_ids = {
+            id(v) for m in autowrap_modules for k, v in m.__dict__.items()
+            if not k.startswith("_") and callable(v)
+        } | {id(f) for f in autowrap_functions}  # fmt: skip
+        self._autowrap_search = list(autowrap_modules)
 
     def get_fresh_qualname(self, prefix: str) -> str:
         qualname = f"{prefix}0"
@@ -211,16 +280,20 @@ class Tracer(TracerBase):
             forward = lambda *a, **k: _orig_module_call(mod, *a, **k)
             return self.call_module(mod, forward, args, kwargs)
 
-        # Every module call and attribute read inside forward now goes through this tracer.
-        torch.nn.Module.__getattr__ = module_getattr_wrapper
-        torch.nn.Module.__call__ = module_call_wrapper
-        try:
+        # Every module call and attribute read inside forward now goes through this tracer;
+        # wrapped and math functions record themselves.
+        fn_globals = fn.__globals__
+        with _Patcher() as patcher:
+            patcher.patch_method(torch.nn.Module, "__getattr__", module_getattr_wrapper)
+            patcher.patch_method(torch.nn.Module, "__call__", module_call_wrapper)
+            for f_globals, name in [(g, n) for (_, n), g in _wrapped_fns_to_patch.items()]:
+                patcher.patch(f_globals, name, _create_wrapped_func(f_globals[name]))
+            patcher.autowrap(fn_globals, self._autowrap_function_ids)
+            for module in self._autowrap_search:
+                patcher.autowrap(module.__dict__, self._autowrap_function_ids)
             ret = self.create_arg(fn(*args))
             return_type = inspect.get_annotations(inspect.unwrap(fn)).get("return")
             self.create_node("output", "output", (ret,), {}, type_expr=return_type)
-        finally:
-            torch.nn.Module.__getattr__ = _orig_module_getattr
-            torch.nn.Module.__call__ = _orig_module_call
         self.submodule_paths = None
         return self.graph
 
