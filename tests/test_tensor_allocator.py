@@ -507,6 +507,30 @@ def test_numba_device_memory_through_the_storage_hook():
     assert stat(a, "reserved_bytes.all.current") == 2 * MiB
 
 
+def test_retorch_cuda_tensors_allocate_through_the_cache():
+    import gc
+
+    import retorch.tensor as rt
+    from retorch.tensor import storage
+
+    a = CUDACachingAllocator(GiB, raw_malloc=A.numba_raw_malloc)
+    previous = storage.set_cuda_allocator(A.storage_allocator(a))
+    try:
+        x = rt.tensor(np.arange(1000, dtype=np.float32), device="cuda")
+        assert stat(a, "allocated_bytes.all.current") == round_size(4000) == 4096
+        assert x.data_ptr() in a.allocated_blocks
+        assert (x.to("cpu").numpy() == np.arange(1000, dtype=np.float32)).all()
+        address = x.data_ptr()
+        del x
+        gc.collect()
+        assert stat(a, "allocated_bytes.all.current") == 0
+        y = rt.tensor(np.ones(10, dtype=np.float32), device="cuda")
+        assert y.data_ptr() == address  # the cached block is handed out again
+        assert stat(a, "segment.all.current") == 1 and stat(a, "num_device_alloc") == 1
+    finally:
+        storage.set_cuda_allocator(previous)
+
+
 # -- traces: recorded from torch, replayed through the model ---------------------------------------
 
 

@@ -698,9 +698,12 @@ def numba_raw_malloc(nbytes: int):
 
 def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
     """A ``fn(nbytes) -> device array`` for ``retorch.tensor.storage.set_cuda_allocator``:
-    each array is a block's memory, and the block is freed when the array is collected."""
+    each array is a block's memory, and the block is freed when the array is collected (keep the
+    array itself, not only slices of it, for as long as the memory is used)."""
 
     def allocate(nbytes: int):
+        if nbytes == 0:  # NativeCachingAllocator::allocate: `if (size != 0) this->malloc(...)`
+            return numba_raw_malloc(0)
         block = allocator.malloc(nbytes, stream)
         memory = block.memory()[:nbytes]
         weakref.finalize(memory, allocator.free, block)
