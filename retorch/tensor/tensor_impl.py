@@ -45,9 +45,7 @@ def compute_contiguous(sizes, strides) -> bool:
 def compute_channels_last_contiguous_2d(sizes, strides) -> bool:
     if len(sizes) != 4:
         return False
-    if any(s == 0 for s in sizes):
-        return True
-    expected = 1
+    expected = 1  # (unlike compute_contiguous, no early "no elements" answer)
     for d in (1, 3, 2, 0):
         if sizes[d] != 1:
             if strides[d] != expected:

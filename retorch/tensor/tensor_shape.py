@@ -278,17 +278,20 @@ def getitem(self, key):
     specified = sum(1 for k in key if k is not None and k is not Ellipsis)
     if specified > self.dim():
         raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
+    # torch's error names the position in the key (``real_dim`` in applySlicing)
     result, dim = self, 0
-    for k in key:
+    for real_dim, k in enumerate(key):
         if k is Ellipsis:
             dim += self.dim() - specified
         elif k is None:
             result = unsqueeze(result, dim)
             dim += 1
-        elif isinstance(k, int) and not isinstance(k, bool):
+        elif isinstance(k, int):
             size = result._impl.sizes[dim]
             if k < -size or k >= size:
-                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {size}")
+                raise IndexError(
+                    f"index {k} is out of bounds for dimension {real_dim} with size {size}"
+                )
             result = select(result, dim, k)
         else:
             if k.step == 0:

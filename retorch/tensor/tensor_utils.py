@@ -21,7 +21,7 @@ def infer_size(shape, numel: int) -> tuple[int, ...]:
         elif s >= 0:
             newsize *= s
         else:
-            raise RuntimeError(f"invalid shape dimension {s}")
+            raise RuntimeError(f"invalid shape dimension {s} at index {d} of shape {list(shape)}")
     if numel == newsize or (infer_dim is not None and newsize > 0 and numel % newsize == 0):
         if infer_dim is not None:
             if newsize == 0:
