@@ -668,14 +668,14 @@ def test_replay_matches_torch_cuda_memory_stats():
     step = record_trace(mlp_training_step())
     trace += [(e[0], ("mlp", e[1]), *e[2:]) for e in step]
 
-    names = [f"{n}.{p}.current" for n in A.STAT_ARRAYS for p in A.STAT_TYPES]
-    model = CUDACachingAllocator(
-        torch.cuda.get_device_properties(0).total_memory,
-        max_split_size=torch.cuda.memory_stats().get("max_split_size", -1) % 2**64,
-    )
     stream = torch.cuda.Stream()  # a fresh stream: no block cached before this test is reused
     torch.cuda.synchronize()
     base = torch.cuda.memory_stats()
+    names = [f"{n}.{p}.current" for n in A.STAT_ARRAYS for p in A.STAT_TYPES]
+    model = CUDACachingAllocator(
+        torch.cuda.get_device_properties(0).total_memory,
+        max_split_size=base.get("max_split_size", -1) % 2**64,  # int64 -1 is SIZE_MAX
+    )
     tensors, blocks = {}, {}
     with torch.cuda.stream(stream):
         for i, event in enumerate(trace):

@@ -26,6 +26,10 @@ The rules, as the C++ states them (function names are torch's):
   with a ``max_split_size``), then ``release_cached_blocks`` and one retry
   (``num_alloc_retries``); if that fails too, ``num_ooms`` and ``OutOfMemoryError``.
 
+The function bodies were read from pytorch/pytorch's main branch (commit 001074d); the
+constants and the configuration defaults are checked, in tests/test_tensor_allocator.py, against
+the headers that torch 2.13 installs (``torch/include/c10/core/AllocatorConfig.h``).
+
 Left out: CUDA-graph private pools, expandable segments, ``record_stream`` events (so
 ``active`` always equals ``allocated`` here), the memory-fraction garbage collector and
 free-memory callbacks. Streams are plain integers.
