@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -316,9 +317,31 @@ def _fma_exact(x: np.float32, y: np.float32, z: np.float32) -> np.float32:
     return (even or ties)[0]
 
 
-# float32 values and near-ties: products of numbers of the form 1 + k * 2**-23, scaled.
+# float32 values, and near-ties: x = 1 + (n + d) * 2**-23 and y = (1 - n * 2**-23) * 2**(e - 24)
+# multiply to half an ulp of z = (1 + k * 2**-23) * 2**e plus or minus a sliver when
+# n * (n + d) is close to d * 2**23; the float64 sum then often lands exactly on a tie.
 _f32 = st.floats(-1e6, 1e6, width=32, allow_subnormal=False)
-_near_one = st.integers(-4096, 4096).map(lambda k: np.float32(1 + k * 2.0**-23))
+
+
+def _near_tie(d: int, offset: int, e: int, k: int, sign: int):
+    n = int(math.sqrt(d * 2**23) - d / 2) + offset
+    x = np.float32(1 + (n + d) * 2.0**-23)
+    y = np.float32(sign * (1 - n * 2.0**-23) * 2.0 ** (e - 24))
+    return x, y, np.float32((1 + k * 2.0**-23) * 2.0**e)
+
+
+_ties = st.builds(
+    _near_tie,
+    d=st.integers(1, 64),
+    offset=st.integers(-16, 16),
+    e=st.integers(-20, 20),
+    k=st.integers(0, 1024),
+    sign=st.sampled_from([1, -1]),
+)
+
+
+def _rounded_twice(x, y, z):
+    return np.float32(np.float64(x) * np.float64(y) + np.float64(z))
 
 
 @given(x=_f32, y=_f32, z=_f32)
@@ -327,10 +350,48 @@ def test_fma32_rounds_once_on_random_values(x, y, z):
     assert overview.fma32(x, y, z) == _fma_exact(x, y, z)
 
 
-@given(a=_near_one, b=_near_one, shift=st.integers(20, 30), sign=st.sampled_from([1, -1]))
-def test_fma32_rounds_once_near_ties(a, b, shift, sign):
-    y = np.float32(b * 2.0**-shift * sign)
-    assert overview.fma32(a, y, np.float32(1.0)) == _fma_exact(a, y, np.float32(1.0))
+@given(case=_ties)
+def test_fma32_rounds_once_near_ties(case):
+    assert overview.fma32(*case) == _fma_exact(*case)
+
+
+def test_near_ties_do_catch_rounding_twice():
+    # The near-tie inputs above would fail a float64 shortcut: the test can fail.
+    rng = np.random.default_rng(0)
+    cases = [
+        _near_tie(
+            int(rng.integers(1, 65)),
+            int(rng.integers(-16, 17)),
+            int(rng.integers(-20, 21)),
+            int(rng.integers(0, 1025)),
+            1,
+        )
+        for _ in range(300)
+    ]
+    wrong = sum(_rounded_twice(*c) != _fma_exact(*c) for c in cases)
+    assert wrong > 10
+    assert all(overview.fma32(*c) == _fma_exact(*c) for c in cases)
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() == "DEFAULT",
+    reason="torch's DEFAULT (no AVX) add rounds twice; vec::fmadd is an FMA on AVX2/AVX-512",
+)
+@pytest.mark.parametrize("d, offset", [(1, 0), (3, -5), (17, 3)])
+def test_launch_add_equals_torch_add_near_ties(d, offset):
+    cases = [
+        _near_tie(d, offset, e, k, s) for e in (-3, 0, 5) for k in range(0, 40, 3) for s in (1, -1)
+    ]
+    alpha = float(cases[0][0])
+    b = torch.tensor([float(y) for _, y, _ in cases])
+    a = torch.tensor([float(z) for _, _, z in cases])
+    theirs = torch.add(a, b, alpha=alpha)
+    twice = torch.tensor([float(_rounded_twice(np.float32(alpha), y, z)) for _, y, z in cases])
+    assert not torch.equal(twice, theirs)  # these inputs tell one rounding from two
+    assert torch.equal(overview.launch_add(a, b, alpha), theirs)
+    out = np.empty(len(cases), np.float32)
+    overview.add_cpu(a.numpy(), b.numpy(), np.float32(alpha), out)
+    assert torch.equal(torch.from_numpy(out), theirs)
 
 
 # A case where rounding the float64 sum to float32 (rounding twice) is wrong: the float64 sum
