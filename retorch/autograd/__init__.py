@@ -2,7 +2,9 @@
 
 ``tensor`` makes leaves; operations on them record a graph of ``Node``s (graph.py) whose
 backward formulas are one table (derivatives.py); ``backward`` and ``grad`` run the engine
-(engine.py). All arithmetic goes through the op interface in ``_ops.py``.
+(engine.py). In-place ops on views rewrite their base's history (copy_slices.py); forward-mode
+AD propagates tangents op by op with a second formula table (forward_ad.py). All arithmetic
+goes through the op interface in ``_ops.py``.
 """
 
 from . import _ops, forward_ad, graph

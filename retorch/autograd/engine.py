@@ -38,10 +38,11 @@ class GraphRoot(Node):
 class NodeTask:
     """A ready node with its gradients: an entry of the ready queue (engine.h).
 
-    The queue holds ``(-sequence_nr, task)`` pairs in a heap, so that the node with the highest
-    sequence number runs first (ReadyQueue's CompareNodeTaskTime). Python's heapq moves entries
-    exactly as std::priority_queue does, so even ties come out in torch's order: only leaves'
-    AccumulateGrad nodes tie, and then the tasks compare as torch's do, neither before the other.
+    The queue holds ``(-sequence_nr, task)`` pairs in a heap, so that the node with the
+    highest sequence number runs first (ReadyQueue's CompareNodeTaskTime). Python's heapq
+    moves entries exactly as std::priority_queue does, so even ties come out in torch's
+    order: only leaves' AccumulateGrad nodes tie, and then the tasks compare as torch's do,
+    neither before the other.
     """
 
     __slots__ = ("fn", "inputs")
@@ -77,13 +78,14 @@ class GraphTask:
         self.ready: list[tuple[int, NodeTask]] = []
 
 
-#: For teaching and debugging: called as ``_step_hook(task, fn)`` each time the engine pops ``fn``
-#: from the ready queue, before running it (``graphviz.trace_backward`` records the steps).
+#: For teaching and debugging: called as ``_step_hook(task, fn)`` each time the engine pops
+#: ``fn`` from the ready queue, before running it (``graphviz.trace_backward`` records them).
 _step_hook: Callable | None = None
 
 
 def compute_dependencies(root: Node) -> dict[Node, int]:
-    """Number of edges into each node reachable from ``root`` (engine.cpp: compute_dependencies)."""
+    """How many edges point at each node reachable from ``root``
+    (engine.cpp: ``Engine::compute_dependencies``)."""
     dependencies: dict[Node, int] = {}
     seen, stack = {root}, [root]
     while stack:
@@ -330,8 +332,8 @@ def run_backward(
         for i, grad in enumerate(task.captured_vars):
             if grad is None and not allow_unused:
                 raise RuntimeError(
-                    f"The differentiated Tensor at index {i} appears to not have been used in "
-                    "the graph. Set allow_unused=True if this is the desired behavior."
+                    f"The differentiated Tensor at index {i} appears to not have been used "
+                    "in the graph. Set allow_unused=True if this is the desired behavior."
                 )
         return tuple(task.captured_vars)
     return None

@@ -84,8 +84,8 @@ def _checkpoint_without_reentrant(function, *args, **kwargs):
                 function(*inputs, **kwargs)
             if len(recomputation) != num_saved:
                 raise RuntimeError(
-                    "torch.utils.checkpoint: A different number of tensors was saved during the "
-                    "original forward and recomputation."
+                    "torch.utils.checkpoint: A different number of tensors was saved during "
+                    "the original forward and recomputation."
                 )
             recomputed.update(enumerate(recomputation))
         return recomputed.pop(ticket)  # handed over: the checkpoint keeps no reference
