@@ -312,6 +312,22 @@ def test_release_available_cached_blocks_frees_one_oversize_block():
     assert s["reserved_bytes.all.current"] == held.size + got.size == 52 * MiB
 
 
+def test_release_available_cached_blocks_frees_the_largest_first():
+    a = CUDACachingAllocator(200 * MiB, max_split_size=40 * MiB)
+    held = a.malloc(30 * MiB)
+    cached = [a.malloc(n * MiB) for n in (26, 44, 50)]
+    for b in cached:
+        a.free(b)
+    # 60 MiB: no cached block is large enough and 30 + 26 + 44 + 50 + 60 > 200. "No single block
+    # is large enough; free multiple oversize blocks, starting with the largest": 50, then 44
+    # (94 >= 60); the 26 MiB block is not oversize and stays
+    a.malloc(60 * MiB)
+    s = a.memory_stats()
+    assert (s["num_alloc_retries"], s["num_device_free"]) == (0, 2)
+    assert sorted(b.size for b in a.cached_blocks()) == [26 * MiB]
+    assert s["reserved_bytes.all.current"] == held.size + 26 * MiB + 60 * MiB
+
+
 def test_misuse_is_reported_as_torch_does():
     a = CUDACachingAllocator(GiB)
     b = a.malloc(4096)
