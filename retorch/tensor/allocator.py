@@ -880,7 +880,15 @@ def plot_timeline(timeline: Timeline, ax=None, title: str | None = None):
     frag.set_ylabel("fragmentation of the cache")
     lines = ax.get_legend_handles_labels()
     more = frag.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize="small")
+    ax.legend(
+        lines[0] + more[0],
+        lines[1] + more[1],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        ncol=3,
+        frameon=False,
+        fontsize="small",
+    )
     if title:
         ax.set_title(title)
     return ax
