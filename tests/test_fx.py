@@ -247,3 +247,108 @@ def test_tracing_restores_module_call():
     with pytest.raises(rfx.TraceError):
         rfx.symbolic_trace(lambda x: x if x else x)
     assert torch.nn.Module.__call__ is call and torch.nn.Module.__getattr__ is getattr_
+
+
+# -- more traced forms: varargs, dtype/device/None/Ellipsis args, in-place operators, leaves --
+
+
+def varargs(x, *args, **kwargs):
+    return x + args[0] + kwargs["k"]
+
+
+def odd_args(x):
+    return x[..., None].to(torch.float64), x.size()[-1], torch.zeros_like(x, device=x.device)
+
+
+def tensor_methods(x):
+    return x.T, x.new_ones(3), x.permute(*[1, 0]).reshape([-1]), x.max(dim=0).values
+
+
+def inplace_operators(x):
+    x += 1
+    x *= 2
+    return x
+
+
+class Leaves(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.ln = torch.nn.Embedding(10, 4), torch.nn.LayerNorm(4)
+        self.mha = torch.nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, idx):
+        h = self.ln(self.emb(idx))
+        return self.mha(h, h, h, need_weights=False)[0]
+
+
+EXTRA = [
+    (varargs, lambda: (torch.ones(2), torch.ones(2)), {"k": torch.ones(2)}),
+    (odd_args, lambda: (torch.randn(3, 2),), {}),
+    (tensor_methods, lambda: (torch.randn(3, 2),), {}),
+    (inplace_operators, lambda: (torch.randn(3),), {}),
+    (Leaves, lambda: (torch.tensor([[1, 2, 3]]),), {}),
+]
+
+
+@pytest.mark.parametrize("fn,args,kwargs", EXTRA, ids=lambda v: getattr(v, "__name__", ""))
+def test_more_forms_trace_and_run_like_torch(fn, args, kwargs):
+    def root():
+        torch.manual_seed(0)
+        return fn().eval() if isinstance(fn, type) else fn
+
+    ours, theirs = rfx.symbolic_trace(root()), tfx.symbolic_trace(root())
+    assert ours.code == torch_code(theirs) and node_rows(ours.graph) == node_rows(theirs.graph)
+    with torch.no_grad():
+        assert_same_values(ours(*args(), **kwargs), root()(*args(), **kwargs))
+
+
+def test_graph_module_from_a_dict_root_as_dynamo_builds_them():
+    for lib in (rfx, tfx):
+        g = lib.Graph()
+        x = g.placeholder("x")
+        w = g.get_attr("sub.w")
+        g.output(g.call_function(torch.matmul, (x, w)))
+        gm = lib.GraphModule({"sub.w": torch.eye(2) * 3}, g)
+        assert isinstance(gm.sub.w, torch.Tensor) and "sub.w" in dict(gm.named_buffers())
+        assert torch.equal(gm(torch.ones(1, 2)), torch.full((1, 2), 3.0))
+    assert gm.code.split() == lib.GraphModule({"sub.w": torch.eye(2)}, g).code.split()
+
+
+def test_node_copy_and_graph_copy_like_torch():
+    codes = []
+    for lib in (rfx, tfx):
+        src = lib.symbolic_trace(make("operator_chain")).graph
+        dst = lib.Graph()
+        val_map = {}
+        out = dst.graph_copy(src, val_map)
+        dst.output(out)
+        dst.lint()
+        assert len(val_map) == len(src.nodes) - 1
+        codes.append(lib.GraphModule(torch.nn.Module(), dst).code)
+    assert codes[0] == codes[1]
+
+
+def test_dce_honours_module_is_impure():
+    class Noisy(torch.nn.Module):
+        _is_impure = True
+
+        def forward(self, x):
+            return x
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.noisy = Noisy()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.lin(x)  # dead
+            self.noisy(x)  # kept
+            return x
+
+    for lib in (rfx, tfx):
+        tracer = lib.Tracer()
+        tracer.is_leaf_module = lambda m, name: True
+        gm = lib.GraphModule(M(), tracer.trace(M()))
+        gm.graph.eliminate_dead_code()
+        assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_module", "output"]

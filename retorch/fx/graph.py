@@ -85,8 +85,12 @@ magic_methods = {
     "eq": "{} == {}", "ne": "{} != {}", "lt": "{} < {}", "gt": "{} > {}", "le": "{} <= {}",
     "ge": "{} >= {}", "pos": "+{}", "neg": "-{}", "invert": "~{}", **reflectable_magic_methods,
 }  # fmt: skip
-inplace_methods = {"iadd": "{} += {}", "isub": "{} -= {}", "imul": "{} *= {}",
-                   "itruediv": "{} /= {}", "setitem": "{}[{}] = {}"}  # fmt: skip
+inplace_methods = {
+    "iadd": "{} += {}", "iand": "{} &= {}", "ifloordiv": "{} //= {}", "ilshift": "{} <<= {}",
+    "imod": "{} %= {}", "imul": "{} *= {}", "imatmul": "{} @= {}", "ior": "{} |= {}",
+    "ipow": "{} **= {}", "irshift": "{} >>= {}", "isub": "{} -= {}", "itruediv": "{} /= {}",
+    "ixor": "{} ^= {}", "setitem": "{}[{}] = {}",
+}  # fmt: skip
 
 
 def _format_target(base: str, target: str) -> str:
@@ -98,9 +102,10 @@ def _format_target(base: str, target: str) -> str:
 
 
 def _is_from_torch(obj) -> bool:
+    """torch's callables are spelled by their dotted name (torch._dynamo/_inductor's are not)."""
     module = getattr(obj, "__module__", None)
     if module is not None:
-        return module == "torch" or module.startswith("torch.")
+        return re.fullmatch(r"torch(\.(?!_dynamo\.|_inductor\.)[^.]+)*", module) is not None
     name = getattr(obj, "__name__", None)
     return name not in (None, "torch") and any(
         getattr(g, name, None) is obj for g in (torch, torch.nn.functional)
@@ -118,7 +123,7 @@ class PythonCode:
 class CodeGen:
     """Writes `def forward(self, ...)` from the node list (graph.py CodeGen._gen_python_code)."""
 
-    def gen_python_code(self, nodes, root_module: str, namespace, verbose=False) -> PythonCode:
+    def _gen_python_code(self, nodes, root_module: str, namespace, verbose=False) -> PythonCode:
         free_vars, body, globals_, wrapped_fns = [], [], {}, {}
 
         def add_global(name_hint: str, obj) -> str:
@@ -355,7 +360,7 @@ class Graph:
         for node in nodes:
             node._repr_fn = lambda n: namespace.create_name(n.name, n)
         try:
-            return self._codegen.gen_python_code(nodes, root_module, namespace, verbose)
+            return self._codegen._gen_python_code(nodes, root_module, namespace, verbose)
         finally:
             for node in nodes:
                 node._repr_fn = None

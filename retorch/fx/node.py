@@ -193,6 +193,8 @@ class Node:
         if self.op in ("placeholder", "output"):
             return True
         if self.op == "call_module":
+            if self.graph.owning_module is None:
+                raise AssertionError("self.graph.owning_module not set for purity check")
             return getattr(self.graph.owning_module.get_submodule(self.target), "_is_impure", False)
         if self.op == "call_function":
             t = self.target
