@@ -352,3 +352,19 @@ def test_dce_honours_module_is_impure():
         gm = lib.GraphModule(M(), tracer.trace(M()))
         gm.graph.eliminate_dead_code()
         assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_module", "output"]
+
+
+def test_wrap_records_a_leaf_function_like_torch():
+    import test_fx_wrapped as w
+
+    for lib, fn in ((rfx, w.ours), (tfx, w.theirs)):
+        gm = lib.symbolic_trace(fn)
+        calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is w.clipped]
+        assert len(calls) == 1 and calls[0].name == "clipped"
+        lens = [n for n in gm.graph.nodes if n.target is len]
+        assert len(lens) == 1
+        x = torch.randn(3, 2)
+        assert torch.equal(gm(x), fn(x))
+    assert rfx.symbolic_trace(w.ours).code == torch_code(tfx.symbolic_trace(w.theirs)).replace(
+        "theirs", "ours"
+    )

@@ -114,7 +114,7 @@ class Proxy:
     def __len__(self) -> int:
         raise RuntimeError(
             "'len' is not supported in symbolic tracing by default. If you want this call to be "
-            "recorded, please call torch.fx.wrap('len') at module scope"
+            "recorded, please call retorch.fx.wrap('len') at module scope"
         )
 
     @classmethod

@@ -9,6 +9,7 @@ node) patch module globals the same way. Left out: pytree codegen for nested inp
 stack traces and the `param_shapes_constant` ParameterProxy.
 """
 
+import builtins
 import collections
 import functools
 import inspect
@@ -278,6 +279,8 @@ class Tracer(TracerBase):
         @functools.wraps(_orig_module_call)
         def module_call_wrapper(mod, *args, **kwargs):
             forward = lambda *a, **k: _orig_module_call(mod, *a, **k)
+            mod_globals = getattr(getattr(mod, "forward", mod), "__globals__", {})
+            patcher.autowrap(mod_globals, self._autowrap_function_ids)  # its module's math imports
             return self.call_module(mod, forward, args, kwargs)
 
         # Every module call and attribute read inside forward now goes through this tracer;
@@ -286,8 +289,9 @@ class Tracer(TracerBase):
         with _Patcher() as patcher:
             patcher.patch_method(torch.nn.Module, "__getattr__", module_getattr_wrapper)
             patcher.patch_method(torch.nn.Module, "__call__", module_call_wrapper)
-            for f_globals, name in [(g, n) for (_, n), g in _wrapped_fns_to_patch.items()]:
-                patcher.patch(f_globals, name, _create_wrapped_func(f_globals[name]))
+            for (_, name), f_globals in list(_wrapped_fns_to_patch.items()):
+                orig_fn = f_globals[name] if name in f_globals else getattr(builtins, name)
+                patcher.patch(f_globals, name, _create_wrapped_func(orig_fn))
             patcher.autowrap(fn_globals, self._autowrap_function_ids)
             for module in self._autowrap_search:
                 patcher.autowrap(module.__dict__, self._autowrap_function_ids)
