@@ -477,3 +477,25 @@ def test_layers_diagram_names_every_layer():
     source = overview.layers_diagram().source
     for layer, _, _ in overview.LAYERS:
         assert layer in source
+
+
+def test_torchs_default_cpu_path_rounds_twice_and_the_vector_path_once():
+    # What chapter 0 says about torch's CPU add, checked in fresh processes.
+    import os
+    import subprocess
+    import sys
+
+    _, b, alpha = overview.TIE
+    code = (
+        f"import torch; print(torch.add(torch.ones(9), torch.full((9,), {b!r}), "
+        f"alpha={alpha!r})[0].item())"
+    )
+    got = {}
+    for capability in ("default", "avx2"):
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+        run = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        got[capability] = float(run.stdout.split()[-1])
+    assert got["default"] == 1.0  # rounded twice: the tie goes to even
+    assert got["avx2"] == float(np.float32(1 + 2.0**-23))  # one rounding (vec::fmadd)
