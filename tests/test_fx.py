@@ -368,3 +368,36 @@ def test_wrap_records_a_leaf_function_like_torch():
     assert rfx.symbolic_trace(w.ours).code == torch_code(tfx.symbolic_trace(w.theirs)).replace(
         "theirs", "ours"
     )
+
+
+def test_deepcopy_gives_an_independent_working_module():
+    import copy
+
+    gm = rfx.symbolic_trace(make("submodule_params"))
+    clone = copy.deepcopy(gm)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        assert torch.equal(clone(x), gm(x)) and clone.code == gm.code
+        clone.lin.weight.add_(1)
+        assert not torch.equal(clone(x), gm(x))
+    assert all(a is not b for a, b in zip(clone.graph.nodes, gm.graph.nodes))
+    assert [n.name for n in clone.graph.nodes] == [n.name for n in gm.graph.nodes]
+    clone.graph.lint()
+
+
+def test_fx_imports_only_torch_and_itself():
+    """The compiler layer sits on torch: no retorch.autograd/nn/optim/tensor imports."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(rfx.__file__).parent
+    for path in root.rglob("*.py"):
+        depth = len(path.relative_to(root).parts) - 1  # 0 in fx/, 1 in fx/passes/
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level <= depth + 1, f"{path}: relative import leaves retorch.fx"
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith("retorch") or name.startswith("retorch.fx"), path

@@ -10,6 +10,7 @@ suffixes, builtins never shadowed), `Graph.create_node` and its helpers, the ins
 
 import builtins
 import contextlib
+import copy
 import inspect
 import keyword
 import math
@@ -352,6 +353,17 @@ class Graph:
                 return map_arg(node.args[0], lambda n: val_map[n])
             val_map[node] = self.node_copy(node, lambda n: val_map[n])
         return None
+
+    def __deepcopy__(self, memo=None) -> "Graph":
+        """Copy node by node (the default deepcopy would recurse along the whole list)."""
+        memo = memo if memo is not None else {}
+        g = Graph()
+        output_val = g.graph_copy(self, val_map=memo)
+        old_output = self.output_node() if self._len else None
+        if old_output is not None and old_output.op == "output":
+            new_output = g.output(output_val, type_expr=old_output.type)
+            new_output.meta = copy.copy(old_output.meta)
+        return g
 
     def python_code(self, root_module: str, verbose: bool = False) -> PythonCode:
         """Generate `forward`; node names are re-issued in a fresh namespace shared with globals."""

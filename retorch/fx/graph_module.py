@@ -3,9 +3,11 @@
 Mirrors torch/fx/graph_module.py at torch v2.13.0: a class of its own per instance (`__new__`),
 `_copy_attr` of the submodules, parameters and buffers the graph's get_attr/call_module nodes
 name, the `graph` setter that recompiles, `recompile()` (exec of `Graph.python_code`), `.code`,
-`print_readable` and `__str__`. Left out: pickling, `to_folder`, the `_WrappedCall` error
+`print_readable`, `__str__` and `__deepcopy__` (through `Graph.__deepcopy__`). Left out: pickling, `to_folder`, the `_WrappedCall` error
 rewriting and the lazy (`_LazyGraphModule`) variant.
 """
+
+import copy
 
 import torch
 
@@ -71,6 +73,10 @@ class GraphModule(torch.nn.Module):
         self.__class__.__name__ = class_name
         if isinstance(root, torch.nn.Module):
             self.training = root.training
+            if isinstance(root, _CodeOnlyModule):  # a deepcopy: keep every submodule and tensor
+                for k in [*dict(root.named_children()), *dict(root.named_buffers()),
+                          *dict(root.named_parameters())]:  # fmt: skip
+                    _copy_attr(root, self, k)
             for node in graph.nodes:
                 if node.op in ("get_attr", "call_module"):
                     _copy_attr(root, self, node.target)
@@ -112,6 +118,15 @@ class GraphModule(torch.nn.Module):
         type(self).forward = globals_["forward"]
         return python_code
 
+    def __deepcopy__(self, memo):
+        # The default would copy the class-less state and lose the generated forward.
+        res = type(self).__new__(type(self))
+        memo[id(self)] = res
+        fake_mod = _CodeOnlyModule(copy.deepcopy(self.__dict__, memo))
+        GraphModule.__init__(res, fake_mod, fake_mod.__dict__["_graph"])
+        res.meta = copy.deepcopy(self.meta, memo)
+        return res
+
     def print_readable(self, print_output: bool = True) -> str:
         """The code as a class, annotated with tensor_meta shapes where ShapeProp left them."""
         src = self._graph.python_code(root_module="self", verbose=True).src.lstrip("\n")
@@ -125,3 +140,11 @@ class GraphModule(torch.nn.Module):
     def __str__(self) -> str:
         reminder = "# To see more debug info, please use `graph_module.print_readable()`"
         return "\n".join([super().__str__(), self._code, reminder])
+
+
+class _CodeOnlyModule(torch.nn.Module):
+    """A module made straight from a copied `__dict__`, as deepcopy rebuilds a GraphModule."""
+
+    def __init__(self, body: dict):
+        super().__init__()
+        self.__dict__ = body
