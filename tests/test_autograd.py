@@ -978,3 +978,19 @@ def test_trace_backward_records_each_pop_and_matches_torchs_order():
     assert steps[0].waiting["Acc(b)"] == 2 and steps[3].waiting["Acc(b)"] == 1
     close(a.grad, ta.grad)
     close(b.grad, tb.grad)
+
+
+def test_a_view_follows_its_base_changed_in_place():
+    """A view taken before its base changed in place regenerates its grad_fn on top of the
+    base's new history, as torch's VariableHooks::grad_fn does."""
+    results = []
+    data = torch.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=F64)
+    for x in pair(data):
+        y = x * 1
+        row = y[1]
+        y.mul_(3).add_(x)  # the base changes; the row sees the new values and history
+        loss = (row * row).sum() + y.sum()
+        name = row.grad_fn.name()
+        loss.backward()
+        results.append((name, x.grad.tolist()))
+    assert results[0] == results[1]
