@@ -110,10 +110,15 @@ def launch_add(
     threads: int = THREADS,
 ) -> torch.Tensor:
     """``torch.add(a, b, alpha=alpha)`` for same-shape float32 tensors, by :func:`add_kernel`."""
-    if a.shape != b.shape or a.dtype != torch.float32 or b.dtype != torch.float32:
+    if a.dtype != torch.float32 or b.dtype != torch.float32:
         raise TypeError(
-            "launch_add takes two float32 tensors of the same shape (no broadcasting or type "
-            f"promotion here); got {a.dtype} {tuple(a.shape)} and {b.dtype} {tuple(b.shape)}"
+            f"launch_add takes float32 tensors (no type promotion here); got {a.dtype} and "
+            f"{b.dtype}"
+        )
+    if a.shape != b.shape:  # torch raises RuntimeError where shapes do not broadcast
+        raise RuntimeError(
+            f"launch_add: the shapes {tuple(a.shape)} and {tuple(b.shape)} differ, and this "
+            "kernel does no broadcasting (torch.add would, where the shapes broadcast)"
         )
     if a.device != b.device:
         raise RuntimeError(
