@@ -102,7 +102,8 @@ class BackwardHook:
     def _set_user_hook(self, grad_fn) -> None:
         def hook(grad_input, _):
             if self.grad_outputs is None:
-                # The gradient reached the inputs without passing the outputs (double backward).
+                # The gradient reached the inputs without passing the outputs
+                # (double backward).
                 return None
             res = self._pack_with_none(self.input_tensors_index, grad_input, self.n_inputs)
             for user_hook in self.user_hooks:
@@ -139,7 +140,8 @@ class BackwardHook:
         arg_list = list(args)
         for idx, val in zip(tensors_idx, new_tensors, strict=True):
             arg_list[idx] = val
-        return (tuple(arg_list) if type(args) is tuple else type(args)(*arg_list)), tensors_idx
+        out = tuple(arg_list) if type(args) is tuple else type(args)(*arg_list)
+        return out, tensors_idx
 
     def setup_input_hook(self, args):
         res, self.input_tensors_index = self._apply_on_tensors(self._set_user_hook, args)
@@ -167,8 +169,8 @@ class BackwardHook:
                     # No input needs a gradient, so no input-side node will run: call the
                     # user's hooks now, with grad_input all None.
                     warnings.warn(
-                        "Full backward hook is firing when gradients are computed with respect "
-                        "to module outputs since no inputs require gradients. See "
+                        "Full backward hook is firing when gradients are computed with "
+                        "respect to module outputs since no inputs require gradients. See "
                         "https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html"
                         "#torch.nn.Module.register_full_backward_hook for more details.",
                         stacklevel=5,
@@ -189,6 +191,7 @@ class BackwardHook:
             grad_fn.register_hook(hook)
 
         is_tuple = isinstance(args, tuple)
-        res, self.output_tensors_index = self._apply_on_tensors(fn, args if is_tuple else (args,))
-        self.n_outputs = len(args) if is_tuple else 1
+        args = args if is_tuple else (args,)
+        res, self.output_tensors_index = self._apply_on_tensors(fn, args)
+        self.n_outputs = len(args)
         return res if is_tuple else res[0]

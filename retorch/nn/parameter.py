@@ -40,7 +40,8 @@ class Parameter(torch.Tensor):
     def __repr__(self) -> str:
         # torch's tensor printer writes "tensor(" for its own Parameter and the class name for
         # other subclasses; print the contents as a plain tensor to read exactly as torch's.
-        return "Parameter containing:\n" + repr(self.detach().requires_grad_(self.requires_grad))
+        plain = self.detach().requires_grad_(self.requires_grad)
+        return "Parameter containing:\n" + repr(plain)
 
     def __reduce_ex__(self, proto):
         return (Parameter, (self.data, self.requires_grad))
