@@ -6,9 +6,10 @@ in a ``sum``. Forward time is graph building (one node per op); backward time is
 walking it. Our nodes are Python objects, so Python's cyclic garbage collector scans them as
 the graph grows: "retorch, gc paused" times the same code with the collector off.
 
-Each repeat times every implementation once, in turn; the fastest of the repeats is reported
-(the least disturbed by the other processes of a shared machine). Freeing a graph is left out of
-both timings.
+Times are the CPU time of this process (``time.process_time``), not wall-clock time, so that
+the other processes of a shared machine do not count; each repeat times every implementation
+once, in turn, and the fastest of the repeats is reported. Freeing a graph is left out of both
+timings.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def _time_once(build, pause_gc: bool) -> tuple[float, float]:
     if pause_gc:
         gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = build()
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         out.backward()
-        t2 = time.perf_counter()
+        t2 = time.process_time()
     finally:
         gc.enable()
     del out  # freeing the graph is not part of either timing
