@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 import retorch.optim as ro
 from retorch.nn.utils import clip_grad_norm_
 from retorch.optim import _fused
-from retorch.optim.adam import _fused_adam_cuda
 
 # Measured for fused Numba Adam/AdamW, all flag combinations: after 20 steps on ~200K
 # parameters of size up to ~4, at most 1.1e-6 from torch's fused and from its loop (torch's
@@ -388,56 +387,122 @@ def test_fused_numba_step_every_flag_combination(adamw, amsgrad, maximize):
         torch.testing.assert_close(a, b, **FUSED_TOL)
 
 
-def _run_cuda_kernel_under_simulator(adamw, amsgrad, steps=2):
-    """``_fused_adam_cuda`` on CPU tensors runs the CUDA kernel under Numba's simulator."""
+def _run_cuda_path_under_simulator(adamw, amsgrad, steps=2):
+    """Fused Adam's CUDA path (flat buffers, one launch) on CPU tensors, under the simulator,
+    against torch's fused step; parameter 1 misses its gradient at odd steps."""
     torch.manual_seed(0)
     sizes = (150, 7, 200)
-    ours = [torch.randn(n) for n in sizes]
-    theirs = [p.clone().requires_grad_() for p in ours]
-    kw = dict(lr=0.01, weight_decay=0.1, amsgrad=amsgrad, maximize=True)
-    opt = (torch.optim.AdamW if adamw else torch.optim.Adam)(theirs, fused=True, **kw)
-    state = [[torch.zeros_like(p) for p in ours] for _ in range(3)]
-    counts = [0.0] * len(ours)
+    ours = [torch.randn(n, requires_grad=True) for n in sizes]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    kw = dict(lr=0.01, weight_decay=0.1, amsgrad=amsgrad, maximize=True, fused=True)
+    cls = "AdamW" if adamw else "Adam"
+    our_opt, their_opt = getattr(ro, cls)(ours, **kw), getattr(torch.optim, cls)(theirs, **kw)
     for step in range(steps):
-        live = [i for i in range(len(ours)) if not (step % 2 and i == 1)]  # 1 skips odd steps
-        grads = [torch.randn_like(p) for p in ours]
-        for i, p in enumerate(theirs):
-            p.grad = grads[i].clone() if i in live else None
-        opt.step()
-        for i in live:
-            counts[i] += 1
-
-        def pick(ts):
-            return [ts[i] for i in live]
-
-        _fused_adam_cuda(
-            pick(ours),
-            pick(grads),
-            *(pick(s) for s in state),
-            steps=pick(counts),
-            beta1=0.9,
-            beta2=0.999,
-            eps=1e-8,
-            adamw=adamw,
-            threads=32,  # every simulated thread costs ~0.1 ms: few threads, many elements each
-            **kw,
-        )
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            frozen = step % 2 and i == 1
+            a.grad = None if frozen else torch.randn_like(a)
+            b.grad = None if frozen else a.grad.clone()
+        with _fused.simulated_cuda_path():
+            our_opt.step()
+        their_opt.step()
     for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a, b.detach(), **FUSED_TOL)
+        torch.testing.assert_close(a.detach(), b.detach(), **FUSED_TOL)
+    ours_sd, theirs_sd = our_opt.state_dict(), their_opt.state_dict()
+    for i in range(len(sizes)):
+        assert ours_sd["state"][i]["step"].item() == theirs_sd["state"][i]["step"].item()
+        torch.testing.assert_close(
+            ours_sd["state"][i]["exp_avg"], theirs_sd["state"][i]["exp_avg"], **FUSED_TOL
+        )
+    return our_opt
 
 
-def test_cuda_kernel_under_the_simulator_matches_torch_fused(monkeypatch):
+def test_cuda_path_under_the_simulator_matches_torch_fused(monkeypatch):
     # Small chunks, so that a few hundred elements already span several thread blocks.
     monkeypatch.setattr(_fused, "CHUNK", 64)
-    _run_cuda_kernel_under_simulator(adamw=True, amsgrad=True)
+    _run_cuda_path_under_simulator(adamw=True, amsgrad=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("adamw", [False, True])
 @pytest.mark.parametrize("amsgrad", [False, True])
-def test_cuda_kernel_under_the_simulator_every_mode(monkeypatch, adamw, amsgrad):
+def test_cuda_path_under_the_simulator_every_mode(monkeypatch, adamw, amsgrad):
     monkeypatch.setattr(_fused, "CHUNK", 64)
-    _run_cuda_kernel_under_simulator(adamw, amsgrad, steps=4)
+    _run_cuda_path_under_simulator(adamw, amsgrad, steps=4)
+
+
+def test_cuda_path_launches_on_device_arrays_made_from_the_tensors(monkeypatch):
+    """What crashed on the H100: torch tensors reached the launch code (``param.size`` is a
+    method there). The launch must receive the device arrays ``as_cuda_array`` makes, sharing
+    the flat buffers' memory, on a GPU and under the simulator alike."""
+    monkeypatch.setattr(_fused, "CHUNK", 64)
+    received = []
+    real_kernel = _fused.fused_adam_cuda_kernel
+
+    class Spy:
+        def __getitem__(self, geometry):
+            def launch(*args):
+                received.append(args)
+                return real_kernel[geometry](*args)
+
+            return launch
+
+    monkeypatch.setattr(_fused, "fused_adam_cuda_kernel", Spy())
+    opt = _run_cuda_path_under_simulator(adamw=False, amsgrad=False, steps=1)
+    (args,) = received
+    (buffers,) = opt._flat.values()
+    flat = [buffers.param, buffers.grad, buffers.exp_avg, buffers.exp_avg_sq]
+    for arg, tensor in zip(args, flat):
+        assert not isinstance(arg, torch.Tensor), "the kernel got a torch tensor"
+        assert type(arg) is type(_fused.as_cuda_array(tensor))
+        assert arg.shape == tuple(tensor.shape)
+        assert _fused.cuda_array_interface(tensor)["data"][0] == tensor.data_ptr()
+    # The device array is the tensor's memory, not a copy: a write shows in the tensor.
+    array = _fused.as_cuda_array(buffers.exp_avg)
+    array[3] = 42.0
+    assert buffers.exp_avg[3].item() == 42.0
+
+
+def test_cuda_path_keeps_state_as_views_of_flat_buffers(monkeypatch):
+    monkeypatch.setattr(_fused, "CHUNK", 64)
+    opt = _run_cuda_path_under_simulator(adamw=False, amsgrad=False, steps=2)
+    (buffers,) = opt._flat.values()
+    for p in buffers.params:
+        state = opt.state[p]
+        assert p.data_ptr() == buffers.view(buffers.param, p).data_ptr()
+        if p.grad is not None:  # parameter 1 had none at the last step
+            assert p.grad.data_ptr() == buffers.view(buffers.grad, p).data_ptr()
+        for key, flat in [("exp_avg", buffers.exp_avg), ("exp_avg_sq", buffers.exp_avg_sq),
+                          ("step", buffers.step)]:  # fmt: skip
+            assert state[key].data_ptr() == buffers.view(flat, p).data_ptr(), key
+    # Loading a state_dict gives fresh tensors: the next step copies them into the buffers.
+    opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+    p = buffers.params[0]
+    assert opt.state[p]["exp_avg"].data_ptr() != buffers.view(buffers.exp_avg, p).data_ptr()
+    with _fused.simulated_cuda_path():
+        opt.step()
+    assert opt.state[p]["exp_avg"].data_ptr() == buffers.view(buffers.exp_avg, p).data_ptr()
+
+
+def test_cuda_array_interface_needs_the_simulator_for_cpu_tensors(monkeypatch):
+    monkeypatch.setattr(_fused, "simulator_enabled", lambda: False)
+    with pytest.raises(TypeError, match="no __cuda_array_interface__"):
+        _fused.cuda_array_interface(torch.zeros(3))
+
+
+def test_group_tensors_by_device_and_dtype_matches_torch():
+    from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype as theirs
+
+    from retorch.optim.optimizer import _group_tensors_by_device_and_dtype as ours
+
+    a = [torch.zeros(2), torch.zeros(3, dtype=torch.float64), torch.zeros(1), torch.zeros(4)]
+    b = [t + 1 for t in a]
+    got, want = ours([a, b, []]), theirs([a, b, []], with_indices=True)
+    assert set(got) == set(want)
+    for key, (lists, indices) in want.items():
+        assert got[key][1] == indices
+        for got_list, want_list in zip(got[key][0], lists):
+            assert [t is u for t, u in zip(got_list, want_list)] == [True] * len(want_list)
+            assert len(got_list) == len(want_list)
 
 
 def test_chunk_table_cuts_tensors_like_multi_tensor_apply(monkeypatch):

@@ -11,6 +11,8 @@ Three implementations of one update, selected as torch selects them:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .optimizer import (
@@ -18,8 +20,15 @@ from .optimizer import (
     _default_to_foreach,
     _device_dtype_check_for_fused,
     _get_scalar_dtype,
+    _group_tensors_by_device_and_dtype,
     _use_grad_for_differentiable,
 )
+
+
+def _fused_module():
+    from . import _fused  # Numba takes about a second to load: only fused steps pay for it
+
+    return _fused
 
 
 class Adam(Optimizer):
@@ -72,6 +81,25 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
         if fused and foreach:
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        # The fused step's CUDA path: per (group index, device), the flat buffers that the
+        # group's parameters, gradients and state view (_fused.FlatAdamBuffers).
+        self._flat: dict = {}
+
+    def _flat_by_device(self, group):
+        return {dev: b for (key, dev), b in self._flat.items() if key == id(group["params"])}
+
+    def _flat_buffers(self, group, p):
+        """The flat buffers of ``p``'s group on ``p``'s device, made at its first fused step."""
+        from . import _fused
+
+        key = (id(group["params"]), p.device)
+        buffers = self._flat.get(key)
+        if buffers is None:
+            on_device = [q for q in group["params"] if q.device == p.device]
+            for q in on_device:
+                _device_dtype_check_for_fused(q)
+            buffers = self._flat[key] = _fused.FlatAdamBuffers(on_device, group["amsgrad"])
+        return buffers
 
     def _init_group(
         self, group, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps
@@ -84,7 +112,6 @@ class Adam(Optimizer):
                     "Adam does not support sparse gradients, please consider SparseAdam instead"
                 )
             params.append(p)
-            grads.append(p.grad)
             state = self.state[p]
             if len(state) == 0:  # lazy state initialisation, at the first step that sees a gradient
                 if group["fused"]:
@@ -102,11 +129,17 @@ class Adam(Optimizer):
                     state["max_exp_avg_sq"] = torch.zeros_like(
                         p, memory_format=torch.preserve_format
                     )
+            if group["fused"] and _fused_module().on_cuda_path(p):
+                self._flat_buffers(group, p).adopt(p, state)
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])
             if group["amsgrad"]:
                 max_exp_avg_sqs.append(state["max_exp_avg_sq"])
             state_steps.append(state["step"])
+            grads.append(p.grad)
+        if group["fused"]:
+            for buffers in self._flat_by_device(group).values():
+                buffers.gather_grads()  # one foreach copy of the gradients that moved
 
     @_use_grad_for_differentiable
     def step(self, closure=None):
@@ -124,7 +157,7 @@ class Adam(Optimizer):
             if foreach is None and not group["fused"]:
                 foreach = _default_to_foreach(params, group["differentiable"])
             if group["fused"]:
-                impl = _fused_adam
+                impl = functools.partial(_fused_adam, flat=self._flat_by_device(group))
             elif foreach:
                 impl = _multi_tensor_adam
             else:
@@ -254,49 +287,24 @@ def _fused_adam(
     eps,
     maximize,
     decoupled_weight_decay,
+    flat=None,
 ):
     if not params:
         return
-    from . import _fused  # Numba takes about a second to load: only fused steps pay for it
-
+    _fused = _fused_module()
+    # The step counts, on the parameters' devices (a foreach add: one launch on a GPU).
     torch._foreach_add_(state_steps, 1)
-    step = _fused_adam_cuda if params[0].is_cuda else _fused.adam_step_cpu
-    step(
-        params,
-        [g.contiguous() for g in grads],
-        exp_avgs,
-        exp_avg_sqs,
-        max_exp_avg_sqs,
-        steps=torch.stack(state_steps).tolist(),
-        lr=lr,
-        beta1=beta1,
-        beta2=beta2,
-        eps=eps,
-        weight_decay=weight_decay,
-        amsgrad=amsgrad,
-        maximize=maximize,
-        adamw=decoupled_weight_decay,
+    options = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                   amsgrad=amsgrad, maximize=maximize, adamw=decoupled_weight_decay)  # fmt: skip
+    # One kernel launch per (device, dtype), as torch's _fused_adam groups its lists.
+    grouped = _group_tensors_by_device_and_dtype(
+        [params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps]
     )
-
-
-def _fused_adam_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, **options):
-    """Lay the tensors end to end in flat buffers, step them in one launch, copy them back.
-
-    Numba-CUDA kernels take arrays, not lists of tensors. The gather and scatter cost three
-    extra passes over memory, which ATen avoids by passing the kernel a table of addresses.
-    On CPU tensors this runs the kernel under the CUDA simulator (tests, notebooks).
-    """
-    from . import _fused
-
-    lists = [params, grads, exp_avgs, exp_avg_sqs] + (
-        [max_exp_avg_sqs] if options["amsgrad"] else []
-    )
-    flat = [torch.cat([t.reshape(-1) for t in ts]) for ts in lists]
-    if not options["amsgrad"]:  # the kernel's max_exp_avg_sq argument, never touched
-        flat.append(flat[0].new_empty(0))
-    arrays = [f if f.is_cuda else f.numpy() for f in flat]
-    numels = [p.numel() for p in params]
-    _fused.adam_step_cuda(*arrays, numels, **options)
-    for ts, buffer in zip(lists, flat):
-        if ts is not grads:
-            torch._foreach_copy_(ts, [b.view_as(t) for b, t in zip(buffer.split(numels), ts)])
+    for (device, _), ((d_params, d_grads, d_avgs, d_sqs, d_maxs, d_steps), _) in grouped.items():
+        if _fused.on_cuda_path(d_params[0]):
+            buffers = flat[device]
+            _fused.adam_step_cuda(buffers, [buffers.index[id(p)] for p in d_params], **options)
+        else:
+            steps = torch.stack(d_steps).tolist()  # CPU tensors: no device to synchronise
+            grads_c = [g.contiguous() for g in d_grads]
+            _fused.adam_step_cpu(d_params, grads_c, d_avgs, d_sqs, d_maxs, steps=steps, **options)

@@ -47,6 +47,26 @@ def _default_to_foreach(params: list[torch.Tensor], differentiable: bool) -> boo
     return not differentiable and all(p.device.type == "cuda" for p in params)
 
 
+def _group_tensors_by_device_and_dtype(tensorlistlist, with_indices: bool = False):
+    """Split parallel lists of tensors by the (device, dtype) of the first list's tensors.
+
+    Mirrors torch.utils._foreach_utils._group_tensors_by_device_and_dtype (C++ in
+    aten/src/ATen/native/ForeachUtils.h): foreach and fused kernels need one device and one
+    dtype per launch. Order within a group is kept; an empty list stays empty; ``with_indices``
+    is accepted for torch's signature (the indices are always returned).
+    """
+    groups: dict = {}
+    for i, first in enumerate(tensorlistlist[0]):
+        lists, indices = groups.setdefault(
+            (first.device, first.dtype), ([[] for _ in tensorlistlist], [])
+        )
+        for group_list, tensors in zip(lists, tensorlistlist):
+            if tensors:
+                group_list.append(tensors[i])
+        indices.append(i)
+    return groups
+
+
 def _get_scalar_dtype(is_fused: bool | None = None) -> torch.dtype:
     """The dtype of ``state["step"]``: float32, or float64 when that is the default dtype."""
     if is_fused:
