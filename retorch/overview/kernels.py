@@ -109,7 +109,7 @@ def launch_add(
     blocks: int | None = None,
     threads: int = THREADS,
 ) -> torch.Tensor:
-    """``torch.add(a, b, alpha=alpha)`` for same-shape float32 tensors, by :func:`add_kernel`."""
+    """``torch.add(a, b, alpha=alpha)`` for float32 tensors of one shape."""
     if a.dtype != torch.float32 or b.dtype != torch.float32:
         raise TypeError(
             f"launch_add takes float32 tensors (no type promotion here); got {a.dtype} and "
@@ -128,11 +128,12 @@ def launch_add(
     out = torch.empty_like(x)
     if blocks is None:
         blocks, threads = launch_geometry(out.numel(), threads)
+    xs, ys, outs = (_as_array(t) for t in (x, y, out))
     with warnings.catch_warnings():
         # On a GPU, Numba warns that a small grid under-fills it and that host arrays are
         # copied; both are what a teaching-size launch on CPU tensors does on purpose.
         warnings.simplefilter("ignore", NumbaPerformanceWarning)
-        add_kernel[blocks, threads](_as_array(x), _as_array(y), np.float32(alpha), _as_array(out))
+        add_kernel[blocks, threads](xs, ys, np.float32(alpha), outs)
     return out.view(a.shape)
 
 
