@@ -56,7 +56,7 @@ def simulator_enabled() -> bool:
 def target() -> str:
     """Where ``numba.cuda`` kernels run in this process, in words."""
     if simulator_enabled():
-        return "CUDA simulator (no GPU found: kernels run on the CPU, a Python thread per CUDA thread)"
+        return "CUDA simulator (no GPU: kernels run on the CPU, a thread per CUDA thread)"
     if not cuda.is_available():
         return "no GPU and the simulator is off: kernels can be compiled to PTX but not launched"
     dev = cuda.get_current_device()
