@@ -401,3 +401,21 @@ def test_fx_imports_only_torch_and_itself():
                 names = [node.module]
             for name in names:
                 assert not name.startswith("retorch") or name.startswith("retorch.fx"), path
+
+
+@pytest.mark.parametrize("name", ["attention", "submodule_params"])
+def test_interpreter_frees_values_after_last_use_like_torch(name):
+    live = {}
+    for lib in (rfx, tfx):
+
+        class Peak(lib.Interpreter):
+            def run_node(self, n):
+                out = super().run_node(n)
+                live.setdefault(lib, []).append(sorted(k.name for k in self.env))
+                return out
+
+        interp = Peak(lib.symbolic_trace(make(name)))
+        interp.run(*inputs(name))
+        live[lib].append(sorted(k.name for k in interp.env))
+    assert live[rfx] == live[tfx]
+    assert max(map(len, live[rfx])) < len(live[rfx]) // 2  # values really are dropped

@@ -208,6 +208,18 @@ def target_b(x):
     return x.t().contiguous() + x.t().contiguous().t().contiguous()
 
 
+def pat_double(x):
+    return torch.relu(torch.relu(x))
+
+
+def rep_double(x):
+    return torch.relu(x)
+
+
+def target_d(x):
+    return torch.relu(torch.relu(torch.relu(x))) + 1  # two matches share the middle relu
+
+
 def target_c(x, y):
     s = x + y
     return torch.relu(s), s  # `s` is read outside the pattern: no match
@@ -216,7 +228,8 @@ def target_c(x, y):
 @pytest.mark.parametrize(
     "target,pattern,replacement",
     [(target_a, pat_add_relu, rep_add_relu), (target_a, pat_cat_sum, rep_cat_sum),
-     (target_b, pat_method, rep_method), (target_c, pat_add_relu, rep_add_relu)],
+     (target_b, pat_method, rep_method), (target_c, pat_add_relu, rep_add_relu),
+     (target_d, pat_double, rep_double)],
 )  # fmt: skip
 def test_replace_pattern_equals_torch(target, pattern, replacement):
     ours, theirs = both(lambda: target)
