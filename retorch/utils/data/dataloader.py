@@ -11,8 +11,10 @@ The multi-process iterator keeps ``prefetch_factor * num_workers`` tasks in flig
 batch)`` from one shared result queue in whatever order the workers finish, and returns the
 batches in task order, parking early arrivals in ``_task_info``.
 
-Left out from torch's file: the pin-memory thread (``pin_memory=True`` only warns, as torch
-does on a machine without an accelerator), ``in_order=False``, ``pin_memory_device``,
+With ``pin_memory=True``, batches are pinned where an accelerator exists (in the main process,
+batch by batch: torch uses a pin-memory thread), and the loader warns as torch's does where none
+exists. Left out from torch's file: the pin-memory thread, ``in_order=False``,
+``pin_memory_device``,
 DataPipes and distributed sharding, the SIGCHLD handler that reports a crashed worker at once
 (here it is noticed within ``MP_STATUS_CHECK_INTERVAL`` seconds), the warnings about the
 worker count and about an IterableDataset yielding more than its ``len``.
@@ -33,6 +35,7 @@ from . import _utils
 from ._utils import ExceptionWrapper
 from ._utils.collate import default_collate, default_convert
 from ._utils.fetch import _IterableDatasetFetcher, _MapDatasetFetcher
+from ._utils.pin_memory import pin_memory
 from ._utils.worker import _IterableDatasetStopIteration, _ResumeIteration, _worker_loop
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
@@ -268,17 +271,13 @@ class _BaseDataLoaderIter:
         self._timeout = loader.timeout
         self._collate_fn = loader.collate_fn
         self._persistent_workers = loader.persistent_workers
-        if loader.pin_memory:
-            reason = (
-                "retorch's DataLoader does not pin memory"
-                if torch.accelerator.is_available()
-                else "no accelerator is found"
-            )
+        if loader.pin_memory and not torch.accelerator.is_available():
             warnings.warn(
-                f"'pin_memory' argument is set as true but {reason}, "
+                "'pin_memory' argument is set as true but no accelerator is found, "
                 "then device pinned memory won't be used.",
                 stacklevel=2,
             )
+        self._pin_memory = loader.pin_memory and torch.accelerator.is_available()
         self._sampler_iter = iter(self._index_sampler)
         # Drawn now, before a shuffling sampler draws its own seed at its first `next`: the
         # order in which torch's iterator consumes the generator.
@@ -323,7 +322,8 @@ class _SingleProcessDataLoaderIter(_BaseDataLoaderIter):
 
     def _next_data(self):
         index = self._next_index()
-        return self._dataset_fetcher.fetch(index)
+        data = self._dataset_fetcher.fetch(index)
+        return pin_memory(data) if self._pin_memory else data
 
 
 class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
@@ -487,7 +487,7 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
         self._try_put_index()
         if isinstance(data, ExceptionWrapper):
             data.reraise()
-        return data
+        return pin_memory(data) if self._pin_memory else data
 
     def _mark_worker_as_unavailable(self, worker_id: int) -> None:
         self._index_queues[worker_id].put(None)  # the worker exits when it reads this
