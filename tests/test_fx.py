@@ -48,6 +48,10 @@ def test_graph_equals_torch_fx(name):
     assert node_rows(ours.graph) == node_rows(theirs.graph)  # ops, targets, args, names
     assert ours.code == torch_code(theirs)
     assert str(ours.graph) == str(theirs.graph)
+    uses = lambda gm: [
+        ([u.name for u in n.users], [i.name for i in n.all_input_nodes]) for n in gm.graph.nodes
+    ]
+    assert uses(ours) == uses(theirs)  # both directions of the use-def chain, in order
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))

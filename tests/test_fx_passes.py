@@ -2,6 +2,7 @@
 ShapeProp."""
 
 import operator
+import sys
 import warnings
 
 import pytest
@@ -94,14 +95,17 @@ def test_cse_merges_in_torch_but_keeps_random_calls_apart():
     assert sum(n.target == "exp" for n in gm.graph.nodes) == 1
 
 
-def test_cse_handles_slices_where_torch_cannot():
+def test_cse_handles_slices_where_torch_311_cannot():
     def f(x):
         return x[:, 1:] + x[:, 1:]
 
-    with pytest.raises(TypeError, match="unhashable type: 'slice'"):
-        TorchCSEPass()(tfx.symbolic_trace(f))  # torch hashes the raw args
     gm, modified = CSEPass()(rfx.symbolic_trace(f))
     assert modified and sum(n.target is operator.getitem for n in gm.graph.nodes) == 1
+    if sys.version_info < (3, 12):  # slices became hashable in Python 3.12
+        with pytest.raises(TypeError, match="unhashable type: 'slice'"):
+            TorchCSEPass()(tfx.symbolic_trace(f))  # torch hashes the raw args
+    else:
+        assert gm.code == TorchCSEPass()(tfx.symbolic_trace(f)).graph_module.code
     x = torch.randn(3, 4)
     assert torch.equal(gm(x), f(x))
 
