@@ -423,3 +423,12 @@ def test_interpreter_frees_values_after_last_use_like_torch(name):
         live[lib].append(sorted(k.name for k in interp.env))
     assert live[rfx] == live[tfx]
     assert max(map(len, live[rfx])) < len(live[rfx]) // 2  # values really are dropped
+
+
+def test_print_tabular_like_torch(capsys):
+    rfx.symbolic_trace(make("torch_calls")).graph.print_tabular()
+    ours = capsys.readouterr().out
+    tfx.symbolic_trace(make("torch_calls")).graph.print_tabular()
+    assert ours == capsys.readouterr().out and ours.splitlines()[0].split() == [
+        "opcode", "name", "target", "args", "kwargs"
+    ]  # fmt: skip

@@ -1,7 +1,23 @@
-"""retorch.fx: FX rebuilt (torch/fx): symbolic tracing to a graph IR, codegen, interpretation, passes.
+"""retorch.fx: torch.fx rebuilt: symbolic tracing to a graph IR, codegen, interpretation, passes.
 
-Layering: this package sits on the compiler layer; it imports torch (it traces real torch
-modules) and nothing else of retorch.
+Each file names the torch v2.13.0 file it mirrors:
+
+| retorch/fx/              | torch/fx/                                        |
+| ------------------------ | ------------------------------------------------ |
+| node.py                  | node.py (+ the C++ half, torch/csrc/fx/node.cpp) |
+| graph.py                 | graph.py (Graph, _Namespace, CodeGen, DCE, lint) |
+| proxy.py                 | proxy.py                                         |
+| symbolic_trace.py        | _symbolic_trace.py                               |
+| graph_module.py          | graph_module.py                                  |
+| interpreter.py           | interpreter.py                                   |
+| subgraph_rewriter.py     | subgraph_rewriter.py                             |
+| passes/matcher_utils.py  | passes/utils/matcher_utils.py                    |
+| passes/shape_prop.py     | passes/shape_prop.py                             |
+| passes/cse_pass.py       | passes/dialect/common/cse_pass.py                |
+| passes/const_fold.py     | experimental/const_fold.py                       |
+
+Layering: the compiler layer sits on torch; it imports torch (it traces real torch modules)
+and nothing else of retorch (tests/test_fx.py checks).
 """
 
 from .graph import Graph

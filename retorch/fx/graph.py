@@ -380,6 +380,13 @@ class Graph:
     def __str__(self) -> str:
         return "graph():" + "".join("\n    " + n.format_node() for n in self.nodes)
 
+    def print_tabular(self) -> None:
+        """One row per node: opcode, name, target, args, kwargs (needs `tabulate`, as torch's)."""
+        from tabulate import tabulate
+
+        rows = [[n.op, n.name, n.target, n.args, n.kwargs] for n in self.nodes]
+        print(tabulate(rows, headers=["opcode", "name", "target", "args", "kwargs"]))
+
     def lint(self) -> None:
         """Check ownership, topological order, unique names and (with a module) targets."""
         seen_names, seen_values = set(), set()
