@@ -15,23 +15,43 @@ across threads directly; otherwise threads take whole inner rows.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from . import scalar_ops as S
 
 _jit = dict(cache=True, error_model="numpy")
-binary_float = njit(inline="always", **_jit)(S.binary_float)
-binary_int = njit(inline="always", **_jit)(S.binary_int)
 compare = njit(inline="always", **_jit)(S.compare)
-unary_float = njit(inline="always", **_jit)(S.unary_float)
-unary_int = njit(inline="always", **_jit)(S.unary_int)
 
 
-@njit
+def binary_scalar(op, a, b, alpha):
+    """Typing stub: Numba picks S.binary_float or S.binary_int by the element type."""
+
+
+def unary_scalar(op, x):
+    """Typing stub: Numba picks S.unary_float or S.unary_int by the element type."""
+
+
+@overload(binary_scalar, inline="always")
+def _binary_scalar(op, a, b, alpha):
+    return S.binary_float if isinstance(a, types.Float) else S.binary_int
+
+
+@overload(unary_scalar, inline="always")
+def _unary_scalar(op, x):
+    return S.unary_float if isinstance(x, types.Float) else S.unary_int
+
+
+#: Elements per parallel task: a task is one chunk of one inner row, so a 1-d (coalesced)
+#: iteration and a many-row one both split into enough pieces for every thread.
+GRAIN = 1 << 14
+
+
+@njit(**_jit)
 def _row_start(outer, shape, strides, k):
     """Element offset of operand ``k`` at the start of inner row ``outer``."""
     off = 0
-    rem = np.int64(outer)  # a prange index may be unsigned; mixing it with int64 gives floats
+    rem = outer
     for d in range(1, shape.shape[0]):
         idx = rem % shape[d]
         rem //= shape[d]
@@ -39,117 +59,95 @@ def _row_start(outer, shape, strides, k):
     return off
 
 
-def _make_binary_loop(fn):
-    @njit(parallel=True, **_jit)
-    def loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
-        inner = shape[0]
-        so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
-        if shape.shape[0] == 1:
-            if so == 1 and sa == 1 and sb == 1:
-                o_, a_, b_ = out[oo : oo + inner], a[ao : ao + inner], b[bo : bo + inner]
-                for i in prange(inner):
-                    o_[i] = fn(op, a_[i], b_[i], alpha)
-            else:
-                for i in prange(inner):
-                    k = np.int64(i)
-                    out[oo + k * so] = fn(op, a[ao + k * sa], b[bo + k * sb], alpha)
-            return
-        nouter = 1
-        for d in range(1, shape.shape[0]):
-            nouter *= shape[d]
-        for r in prange(nouter):
-            po = oo + _row_start(r, shape, strides, 0)
-            pa = ao + _row_start(r, shape, strides, 1)
-            pb = bo + _row_start(r, shape, strides, 2)
-            for j in range(inner):
-                out[po + j * so] = fn(op, a[pa + j * sa], b[pb + j * sb], alpha)
-
-    return loop
+@njit(**_jit)
+def _tasks(shape):
+    """(number of tasks, chunks per row) for an iteration ``shape`` (dim 0 is the row)."""
+    nouter = 1
+    for d in range(1, shape.shape[0]):
+        nouter *= shape[d]
+    nchunks = max(1, (shape[0] + GRAIN - 1) // GRAIN)
+    return nouter * nchunks, nchunks
 
 
-binary_float_loop = _make_binary_loop(binary_float)
-binary_int_loop = _make_binary_loop(binary_int)
+@njit(**_jit)
+def _task_range(task, nchunks, inner):
+    """(row, first, last) of one task: a chunk of ``GRAIN`` elements of one row."""
+    row = task // nchunks
+    first = (task % nchunks) * GRAIN
+    return row, first, min(inner, first + GRAIN)
+
+
+@njit(parallel=True, **_jit)
+def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
+    """``out = a (op) b`` elementwise; the ``cpu_kernel`` of BinaryOpsKernel.cpp's ops."""
+    ntasks, nchunks = _tasks(shape)
+    so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
+    for t in prange(ntasks):
+        row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        pa = ao + _row_start(row, shape, strides, 1)
+        pb = bo + _row_start(row, shape, strides, 2)
+        if so == 1 and sa == 1 and sb == 1:  # unit strides: a loop LLVM can vectorise
+            for j in range(j0, j1):
+                out[po + j] = binary_scalar(op, a[pa + j], b[pb + j], alpha)
+        else:
+            for j in range(j0, j1):
+                out[po + j * so] = binary_scalar(op, a[pa + j * sa], b[pb + j * sb], alpha)
 
 
 @njit(parallel=True, **_jit)
 def compare_loop(op, out, oo, a, ao, b, bo, shape, strides):
-    inner = shape[0]
+    ntasks, nchunks = _tasks(shape)
     so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
-    nouter = 1
-    for d in range(1, shape.shape[0]):
-        nouter *= shape[d]
-    if nouter == 1:
-        for i in prange(inner):
-            k = np.int64(i)
-            out[oo + k * so] = compare(op, a[ao + k * sa], b[bo + k * sb])
-        return
-    for r in prange(nouter):
-        po = oo + _row_start(r, shape, strides, 0)
-        pa = ao + _row_start(r, shape, strides, 1)
-        pb = bo + _row_start(r, shape, strides, 2)
-        for j in range(inner):
+    for t in prange(ntasks):
+        row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        pa = ao + _row_start(row, shape, strides, 1)
+        pb = bo + _row_start(row, shape, strides, 2)
+        for j in range(j0, j1):
             out[po + j * so] = compare(op, a[pa + j * sa], b[pb + j * sb])
 
 
-def _make_unary_loop(fn):
-    @njit(parallel=True, **_jit)
-    def loop(op, out, oo, a, ao, shape, strides):
-        inner = shape[0]
-        so, sa = strides[0, 0], strides[1, 0]
-        nouter = 1
-        for d in range(1, shape.shape[0]):
-            nouter *= shape[d]
-        if nouter == 1:
-            for i in prange(inner):
-                k = np.int64(i)
-                out[oo + k * so] = fn(op, a[ao + k * sa])
-            return
-        for r in prange(nouter):
-            po = oo + _row_start(r, shape, strides, 0)
-            pa = ao + _row_start(r, shape, strides, 1)
-            for j in range(inner):
-                out[po + j * so] = fn(op, a[pa + j * sa])
-
-    return loop
-
-
-unary_float_loop = _make_unary_loop(unary_float)
-unary_int_loop = _make_unary_loop(unary_int)
+@njit(parallel=True, **_jit)
+def unary_loop(op, out, oo, a, ao, shape, strides):
+    ntasks, nchunks = _tasks(shape)
+    so, sa = strides[0, 0], strides[1, 0]
+    for t in prange(ntasks):
+        row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        pa = ao + _row_start(row, shape, strides, 1)
+        for j in range(j0, j1):
+            out[po + j * so] = unary_scalar(op, a[pa + j * sa])
 
 
 @njit(parallel=True, **_jit)
 def copy_loop(out, oo, a, ao, shape, strides):
     """``copy_`` with a cast: Numba converts on store (float to int truncates, as C++ does)."""
-    inner = shape[0]
+    ntasks, nchunks = _tasks(shape)
     so, sa = strides[0, 0], strides[1, 0]
-    nouter = 1
-    for d in range(1, shape.shape[0]):
-        nouter *= shape[d]
-    if nouter == 1:
-        for i in prange(inner):
-            k = np.int64(i)
-            out[oo + k * so] = a[ao + k * sa]
-        return
-    for r in prange(nouter):
-        po = oo + _row_start(r, shape, strides, 0)
-        pa = ao + _row_start(r, shape, strides, 1)
-        for j in range(inner):
-            out[po + j * so] = a[pa + j * sa]
+    for t in prange(ntasks):
+        row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        pa = ao + _row_start(row, shape, strides, 1)
+        if so == 1 and sa == 1:
+            for j in range(j0, j1):
+                out[po + j] = a[pa + j]
+        else:
+            for j in range(j0, j1):
+                out[po + j * so] = a[pa + j * sa]
 
 
 @njit(parallel=True, **_jit)
 def where_loop(out, oo, c, co, a, ao, b, bo, shape, strides):
-    inner = shape[0]
+    ntasks, nchunks = _tasks(shape)
     so, sc, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0], strides[3, 0]
-    nouter = 1
-    for d in range(1, shape.shape[0]):
-        nouter *= shape[d]
-    for r in prange(nouter):
-        po = oo + _row_start(r, shape, strides, 0)
-        pc = co + _row_start(r, shape, strides, 1)
-        pa = ao + _row_start(r, shape, strides, 2)
-        pb = bo + _row_start(r, shape, strides, 3)
-        for j in range(inner):
+    for t in prange(ntasks):
+        row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        pc = co + _row_start(row, shape, strides, 1)
+        pa = ao + _row_start(row, shape, strides, 2)
+        pb = bo + _row_start(row, shape, strides, 3)
+        for j in range(j0, j1):
             out[po + j * so] = a[pa + j * sa] if c[pc + j * sc] else b[pb + j * sb]
 
 
@@ -157,16 +155,14 @@ def where_loop(out, oo, c, co, a, ao, b, bo, shape, strides):
 def gather_loop(out, oo, src, so_, idx, io, shape, strides, dim_stride):
     """``out = src[... idx ...]`` along one dim: src is restrided so that dim has stride 0
     and the index supplies ``idx * dim_stride`` (``restride_dim`` in ScatterGatherKernel)."""
-    inner = shape[0]
+    ntasks, nchunks = _tasks(shape)
     s0, s1, s2 = strides[0, 0], strides[1, 0], strides[2, 0]
-    nouter = 1
-    for d in range(1, shape.shape[0]):
-        nouter *= shape[d]
-    for r in prange(nouter):
-        po = oo + _row_start(r, shape, strides, 0)
-        ps = so_ + _row_start(r, shape, strides, 1)
-        pi = io + _row_start(r, shape, strides, 2)
-        for j in range(inner):
+    for t in prange(ntasks):
+        row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        ps = so_ + _row_start(row, shape, strides, 1)
+        pi = io + _row_start(row, shape, strides, 2)
+        for j in range(j0, j1):
             out[po + j * s0] = src[ps + j * s1 + idx[pi + j * s2] * dim_stride]
 
 
@@ -259,12 +255,11 @@ from .dispatch_stub import stub  # noqa: E402
 @stub("binary").register("cpu")
 def binary_kernel(it, op, alpha):
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
-    if it.common_dtype.is_floating_point:
-        # torch converts alpha to the op's dtype first
-        alpha = float(it.common_dtype.np.type(alpha))
-        binary_float_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha)
-    else:
-        binary_int_loop(op, out, oo, a, ao, b, bo, shape, strides, int(alpha))
+    # torch converts alpha to the op's dtype first
+    alpha = (
+        float(it.common_dtype.np.type(alpha)) if it.common_dtype.is_floating_point else int(alpha)
+    )
+    binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha)
 
 
 @stub("compare").register("cpu")
@@ -276,10 +271,7 @@ def compare_kernel(it, op):
 @stub("unary").register("cpu")
 def unary_kernel(it, op):
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    if it.common_dtype.is_floating_point:
-        unary_float_loop(op, out, oo, a, ao, shape, strides)
-    else:
-        unary_int_loop(op, out, oo, a, ao, shape, strides)
+    unary_loop(op, out, oo, a, ao, shape, strides)
 
 
 @stub("copy").register("cpu")

@@ -49,6 +49,7 @@ def _as_tensor(x):
 def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     a, b = _as_tensor(self), _as_tensor(other)
     if out is not None:
+        _check_overlap(out, a, b)
         resize_output(out, infer_size(a.shape, b.shape))
     cfg = TensorIteratorConfig().add_output(out).add_input(a).add_input(b)
     cfg.promote_inputs_to_common_dtype_ = True
@@ -116,17 +117,30 @@ def pow(input, exponent, out=None):  # noqa: A001
     return _binary("pow", a, b, out)
 
 
+def _tensor_args(name, **args):
+    """torch.maximum and friends take tensors only (no Python numbers)."""
+    for pos, (arg, value) in enumerate(args.items(), 1):
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{name}(): argument '{arg}' (position {pos}) must be Tensor, not "
+                f"{type(value).__name__}"
+            )
+
+
 def maximum(input, other, out=None):
+    _tensor_args("maximum", input=input, other=other)
     return _binary("maximum", input, other, out)
 
 
 def minimum(input, other, out=None):
+    _tensor_args("minimum", input=input, other=other)
     return _binary("minimum", input, other, out)
 
 
 def _compare(name, self, other, out=None):
     a, b = _as_tensor(self), _as_tensor(other)
     if out is not None:
+        _check_overlap(out, a, b)
         resize_output(out, infer_size(a.shape, b.shape))
     cfg = TensorIteratorConfig().add_output(out).add_input(a).add_input(b)
     cfg.promote_inputs_to_common_dtype_ = True
@@ -239,6 +253,7 @@ def copy_(dst: Tensor, src) -> Tensor:
         return dst
     cfg = TensorIteratorConfig().add_output(dst).add_input(src)
     cfg.static_dtype = dst.dtype
+    cfg.check_mem_overlap = src._impl.storage is not dst._impl.storage or src.dim() > 0
     it = cfg.build()
     stub("copy")(it.device, it)
     return dst
@@ -289,11 +304,33 @@ def contiguous_(x, memory_format="contiguous_format"):
 
 # ---- in place --------------------------------------------------------------------------------------
 def _check_inplace(x, other):
+    _check_overlap(x, other)
     shape = infer_size(x.shape, _as_tensor(other).shape)
     if shape != x.shape:
         raise RuntimeError(
             f"output with shape {list(x.shape)} doesn't match the broadcast shape {list(shape)}"
         )
+
+
+class _Overlap:
+    """Just enough of a TensorIterator for compute_mem_overlaps."""
+
+    def __init__(self, cfg):
+        from .tensor_iterator import OperandInfo
+
+        self.operands = [OperandInfo(t, True) for t in cfg.outputs]
+        self.operands += [OperandInfo(t, False) for t in cfg.inputs]
+        self.noutputs = len(cfg.outputs)
+
+
+def _check_overlap(out, *inputs):
+    """torch checks memory overlap before it resizes ``out`` or checks an in-place shape."""
+    from .tensor_iterator import TensorIterator
+
+    cfg = TensorIteratorConfig().add_output(out)
+    for t in inputs:
+        cfg.add_input(_as_tensor(t))
+    TensorIterator.compute_mem_overlaps(_Overlap(cfg))
 
 
 def add_(x, other, alpha=1):
@@ -315,9 +352,23 @@ def zero_(x):
 
 
 # ---- reductions -------------------------------------------------------------------------------------
+def _zero_numel_check_dims(x, dim, name):
+    """``zero_numel_check_dims`` (ReduceOps.cpp): no max over an empty dim."""
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        raise RuntimeError(
+            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument."
+        )
+    for d in dim if isinstance(dim, (tuple, list)) else (dim,):
+        if x.size(d) == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
 def _reduce_layout(x, dim, keepdim, name):
     """(x with reduced dims moved last and made contiguous, outer, inner, output shape)."""
     n = x.dim()
+    if name in ("amax", "max") and x.numel() == 0:
+        _zero_numel_check_dims(x, dim, name)
     if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         reduced = [True] * _py_max(n, 1)
     else:
@@ -334,14 +385,6 @@ def _reduce_layout(x, dim, keepdim, name):
         shape = [1 if reduced[d] else sizes[d] for d in range(len(sizes))] if n else []
     else:
         shape = [sizes[d] for d in kept] if n else []
-    if inner == 0 and name in ("amax", "max") and outer != 0:
-        if dim is None or not isinstance(dim, (int, tuple, list)) or dim == ():
-            raise RuntimeError(
-                f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
-                "Specify the reduction dim with the 'dim' argument."
-            )
-        first = next(d for d in gone if sizes[d] == 0)
-        raise IndexError(f"{name}(): Expected reduction dim {first} to have non-zero size.")
     return xp, outer, inner, tuple(shape)
 
 
@@ -387,11 +430,6 @@ def amax(x, dim=(), keepdim=False):
 def max(x, dim=None, keepdim=False):  # noqa: A001
     """``torch.max(x)`` (the largest element) or ``torch.max(x, dim)`` -> (values, indices)."""
     if dim is None:
-        if x.numel() == 0:
-            raise RuntimeError(
-                "max(): Expected reduction dim to be specified for input.numel() == 0. Specify "
-                "the reduction dim with the 'dim' argument."
-            )
         return _max_impl(x, None, False, "max")[0]
     return _max_impl(x, dim, keepdim, "max")
 

@@ -58,6 +58,10 @@ def _filled(size, value, dtype, device) -> Tensor:
 
 
 def zeros(*size, dtype=None, device="cpu") -> Tensor:
+    if any(
+        s < 0 for s in (size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size)
+    ):
+        raise RuntimeError("zeros: Dimension size must be non-negative.")
     return _filled(_size_arg(size), 0, dtype, device)
 
 

@@ -59,6 +59,7 @@ class TensorIteratorConfig:
         self.check_all_same_dtype_ = True
         self.static_dtype = None  # output dtype fixed by the op (bool for comparisons)
         self.is_reduction = False
+        self.check_mem_overlap = True
 
     def add_output(self, t):
         self.outputs.append(t)
@@ -82,6 +83,8 @@ class TensorIterator:
         self.common_dtype = None
         self.device = "cpu"
         self._out_copy_back: list = []
+        if config.check_mem_overlap:
+            self.compute_mem_overlaps()
         self.compute_shape()
         self.compute_types(config)
         if not self.fast_set_up():
@@ -89,6 +92,29 @@ class TensorIterator:
             self.reorder_dimensions()
             self.allocate_or_resize_outputs()
             self.coalesce_dimensions()
+
+    # -- step 0 ---------------------------------------------------------------------------
+    def compute_mem_overlaps(self):
+        """``compute_mem_overlaps`` (``aten/src/ATen/MemoryOverlap.cpp``): an output may not
+        write one address twice, nor partly overlap an input (reading a value it already
+        overwrote); exactly the same elements (``x.add_(y)`` into ``x``) is fine."""
+        for out in self.operands[: self.noutputs]:
+            t = out.tensor
+            if t is None:
+                continue
+            if has_internal_overlap(t):
+                raise RuntimeError(
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation."
+                )
+            for op in self.operands[self.noutputs :]:
+                if overlap_status(t, op.tensor) == "partial":
+                    raise RuntimeError(
+                        "unsupported operation: some elements of the input tensor and the "
+                        "written-to tensor refer to a single memory location. Please clone() "
+                        "the tensor before performing the operation."
+                    )
 
     # -- step 1 ---------------------------------------------------------------------------
     def compute_shape(self):
@@ -331,6 +357,31 @@ class TensorIterator:
         for op, original in self._out_copy_back:
             ops.copy_(original, op.tensor)
             op.tensor = original
+
+
+def has_internal_overlap(t) -> bool:
+    """``at::has_internal_overlap``: a stride-0 dim of size > 1 repeats an address."""
+    if t._impl.is_non_overlapping_and_dense():
+        return False
+    return any(st == 0 and sz > 1 for sz, st in zip(t.shape, t.stride()))
+
+
+def overlap_status(a, b) -> str:
+    """``at::get_overlap_status`` for dense tensors: "full", "partial", "no" or "too_hard"."""
+    if a is b:
+        return "full"
+    if a.numel() == 0 or b.numel() == 0:
+        return "no"
+    ia, ib = a._impl, b._impl
+    if not ia.is_non_overlapping_and_dense() or not ib.is_non_overlapping_and_dense():
+        return "too_hard"
+    if ia.storage is not ib.storage:
+        return "no"
+    a0, b0 = ia.storage_offset * a.element_size(), ib.storage_offset * b.element_size()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    if a0 == b0 and a1 == b1:
+        return "full" if ia.strides == ib.strides else "partial"
+    return "partial" if a0 < b1 and b0 < a1 else "no"
 
 
 def _device_name(device):
