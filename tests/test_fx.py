@@ -432,3 +432,36 @@ def test_print_tabular_like_torch(capsys):
     assert ours == capsys.readouterr().out and ours.splitlines()[0].split() == [
         "opcode", "name", "target", "args", "kwargs"
     ]  # fmt: skip
+
+
+DEEP = {
+    "encoder_layer": lambda: torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True),
+    "decoder_layer": lambda: torch.nn.TransformerDecoderLayer(8, 2, 16),
+    "mha": lambda: torch.nn.MultiheadAttention(8, 2, batch_first=True),
+    "gru_cell": lambda: torch.nn.GRUCell(4, 4),
+    "embedding": lambda: torch.nn.Embedding(5, 3),
+    "conv_seq": lambda: torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(DEEP))
+def test_tracing_into_torch_nn_ends_as_torch_fx_does(name):
+    """A tracer that enters torch.nn's own forwards: same code, or the same failure."""
+    outcomes = []
+    for lib in (rfx, tfx):
+
+        class Deep(lib.Tracer):
+            def is_leaf_module(self, m, qualified_name):
+                leaves = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Dropout, torch.nn.Conv2d)
+                return isinstance(m, (*leaves, torch.nn.BatchNorm2d))
+
+        torch.manual_seed(0)
+        m = DEEP[name]().eval()
+        try:
+            outcomes.append(lib.GraphModule(m, Deep().trace(m)).code)
+        except Exception as e:  # data-dependent control flow inside torch.nn
+            outcomes.append(f"{type(e).__name__}: {e}")
+    assert outcomes[0] == outcomes[1]
