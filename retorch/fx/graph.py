@@ -18,7 +18,11 @@ import re
 from dataclasses import dataclass
 
 import torch
-from torch.utils._dtype_abbrs import dtype_abbrs
+
+try:
+    from torch.utils._dtype_abbrs import dtype_abbrs  # `f32` for torch.float32
+except ImportError:  # older torch builds kept this table in torch/fx/graph.py
+    from torch.fx.graph import dtype_abbrs
 
 from .node import Node, _get_qualified_name, _type_repr, map_arg
 

@@ -26,9 +26,8 @@ _side_effectful_functions = {
     torch._assert_async,
     operator.setitem,
     torch._C._set_grad_enabled,
-    torch.amp._enter_autocast,
-    torch.amp._exit_autocast,
-}
+    *(getattr(torch.amp, f, None) for f in ("_enter_autocast", "_exit_autocast")),
+} - {None}  # the autocast pair is recent: older torch builds lack it
 _RANDOM_FUNCTIONS = {
     torch.rand, torch.randn, torch.randint, torch.randperm, torch.rand_like, torch.randn_like,
     torch.randint_like, torch.normal, torch.poisson, torch.bernoulli, torch.multinomial,
