@@ -465,3 +465,14 @@ def test_tracing_into_torch_nn_ends_as_torch_fx_does(name):
         except Exception as e:  # data-dependent control flow inside torch.nn
             outcomes.append(f"{type(e).__name__}: {e}")
     assert outcomes[0] == outcomes[1]
+
+
+def test_tracebacks_show_the_generated_line():
+    import traceback
+
+    gm = rfx.symbolic_trace(lambda x: x.view(-1, 5) + 1)
+    with pytest.raises(RuntimeError) as err:
+        gm(torch.randn(3, 4))  # 12 elements do not split into rows of 5
+    frames = traceback.extract_tb(err.value.__traceback__)
+    generated = [f for f in frames if f.filename.startswith("<eval_with_key>")]
+    assert generated and generated[-1].line == "view = x.view(-1, 5);  x = None"

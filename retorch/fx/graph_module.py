@@ -8,10 +8,14 @@ rewriting and the lazy (`_LazyGraphModule`) variant.
 """
 
 import copy
+import itertools
+import linecache
 
 import torch
 
 from .graph import Graph
+
+_eval_keys = itertools.count()
 
 
 def _copy_attr(from_module, to_module, target: str) -> None:
@@ -114,7 +118,11 @@ class GraphModule(torch.nn.Module):
         python_code = self._graph.python_code(root_module="self")
         self._code = python_code.src
         globals_ = dict(python_code.globals)
-        exec(compile(self._code, f"<eval_with_key>.{id(self)}", "exec"), globals_)
+        # As torch's _EvalCacheLoader: a numbered file name, its source in linecache, so
+        # tracebacks through forward show the generated lines.
+        key = f"<eval_with_key>.{next(_eval_keys)}"
+        linecache.cache[key] = (len(self._code), None, self._code.splitlines(True), key)
+        exec(compile(self._code, key, "exec"), globals_)
         type(self).forward = globals_["forward"]
         return python_code
 
