@@ -255,7 +255,7 @@ def _launch(k, n, *args):
 
 @stub("binary").register("cuda")
 def binary_cuda(it, op, alpha):
-    check_dtype("binary", it.common_dtype)
+    check_dtype(S.BINARY_NAMES[op], it.common_dtype)
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
     alpha = float(it.common_dtype.np.type(alpha))
     _launch(binary_kernel, it.numel(), op, out, oo, a, ao, b, bo, shape, strides, alpha)
@@ -263,14 +263,14 @@ def binary_cuda(it, op, alpha):
 
 @stub("compare").register("cuda")
 def compare_cuda(it, op):
-    check_dtype("compare", it.common_dtype)
+    check_dtype(S.COMPARE_NAMES[op], it.common_dtype)
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
     _launch(compare_kernel, it.numel(), op, out, oo, a, ao, b, bo, shape, strides)
 
 
 @stub("unary").register("cuda")
 def unary_cuda(it, op):
-    check_dtype("unary", it.common_dtype)
+    check_dtype(S.UNARY_NAMES[op], it.common_dtype)
     (out, a), (oo, ao), shape, strides = it.kernel_args()
     _launch(unary_kernel, it.numel(), op, out, oo, a, ao, shape, strides)
 

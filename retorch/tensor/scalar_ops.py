@@ -26,6 +26,7 @@ BINARY = {
     "maximum": MAXIMUM,
     "minimum": MINIMUM,
 }
+BINARY_NAMES = {v: k for k, v in BINARY.items()} | {ADD_ALPHA: "add"}
 # comparison op codes
 GT, LT, GE, LE, EQ, NE = 0, 1, 2, 3, 4, 5
 COMPARE = {"gt": GT, "lt": LT, "ge": GE, "le": LE, "eq": EQ, "ne": NE}
@@ -141,3 +142,7 @@ def unary_int(op, x):
     if op == RELU:
         return x if x > 0 else x - x
     return x
+
+
+COMPARE_NAMES = {v: k for k, v in COMPARE.items()}
+UNARY_NAMES = {v: k for k, v in UNARY.items()}

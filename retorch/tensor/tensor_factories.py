@@ -110,7 +110,9 @@ def arange(start, end=None, step=1, dtype=None, device="cpu") -> Tensor:
     n = int(math.ceil((float(end) - float(start)) / float(step)))
     # ATen computes start + i * step in the accumulate type (double for floats), then casts
     values = start + np.arange(n, dtype=np.float64 if d.is_floating_point else np.int64) * step
-    return from_numpy(values.astype(d.np)).to(device)
+    out = empty(n, dtype=d)
+    out.numpy()[:] = values.astype(d.np)
+    return out.to(device)
 
 
 def _python_scalar_dtype(v):

@@ -1,0 +1,136 @@
+"""retorch.tensor on device "cuda": the Numba-CUDA kernels (under the CUDA simulator here,
+on the GPU when there is one) against torch's CPU results on tiny inputs (the simulator runs
+a Python thread per CUDA thread). Exact where the arithmetic is the same IEEE operation;
+else the tolerance stated at the comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retorch.tensor as rt
+from retorch.tensor import cuda_kernels
+
+RTOL32 = 2e-6  # float32 transcendental math (see test_tensor_ops.RTOL)
+SUM32 = 1e-5  # float32 sums in another order
+
+
+def pair(arr, device="cuda"):
+    return rt.from_numpy(np.array(arr)).to(device), torch.from_numpy(np.array(arr))
+
+
+def check(ours, theirs, rtol=0.0, atol=0.0):
+    assert ours.device == "cuda"
+    assert ours.dtype.name == str(theirs.dtype).replace("torch.", "")
+    assert ours.shape == tuple(theirs.shape)
+    a = ours.cpu().numpy()
+    if rtol == 0 and atol == 0:
+        np.testing.assert_array_equal(a, theirs.numpy())
+    else:
+        np.testing.assert_allclose(a, theirs.numpy(), rtol=rtol, atol=atol)
+
+
+def outcome(fn):
+    try:
+        return "ok", fn()
+    except Exception as e:  # noqa: BLE001
+        return "error", (type(e), str(e))
+
+
+rng = np.random.default_rng(0)
+A = rng.standard_normal((2, 3)).astype(np.float32)
+B = rng.standard_normal((3,)).astype(np.float32)
+
+
+def test_round_trip_keeps_values_and_dense_strides():
+    x, tx = pair(A)
+    assert x.is_cuda and x.type() == "torch.cuda.FloatTensor"
+    xt = rt.from_numpy(A.copy()).t().to("cuda")  # a dense transposed layout travels as is
+    assert xt.stride() == (1, 3)
+    np.testing.assert_array_equal(xt.cpu().numpy(), A.T)
+    np.testing.assert_array_equal(x.cpu().numpy(), A)
+    s = rt.from_numpy(np.arange(12.0)).view(3, 4)[:, 1::2]  # not dense: packed on the way
+    np.testing.assert_array_equal(s.cuda().cpu().numpy(), np.arange(12.0).reshape(3, 4)[:, 1::2])
+
+
+def test_binary_broadcast_compare_and_scalars():
+    a, ta = pair(A)
+    b, tb = pair(B)
+    check(a + b, ta + tb)
+    check(rt.sub(a, b, alpha=2), torch.sub(ta, tb, alpha=2), rtol=1e-7)
+    check(a.t() * 3.0, ta.t() * 3.0)
+    check(a / rt.tensor(2.0), ta / torch.tensor(2.0))  # a 0-dim CPU tensor joins a CUDA op
+    check(rt.gt(a, b), torch.gt(ta, tb))
+    check(rt.maximum(a, b), torch.maximum(ta, tb))
+    assert (a + b).stride() == (ta + tb).stride()
+
+
+def test_unary_where_and_copy_casts():
+    a, ta = pair(A)
+    for name in ("exp", "tanh", "sigmoid", "relu", "neg"):
+        check(getattr(rt, name)(a), getattr(torch, name)(ta), rtol=RTOL32, atol=1e-30)
+    c, tc = pair(A > 0)
+    check(rt.where(c, a, 0.0), torch.where(tc, ta, 0.0))
+    check(a.to(dtype=rt.float64), ta.to(torch.float64))
+    i, ti = pair(np.arange(6).reshape(2, 3))
+    check(i.to(dtype=rt.float32), ti.to(torch.float32))
+    check(a.t().contiguous(), ta.t().contiguous())
+
+
+def test_reductions_softmax_and_gather():
+    a, ta = pair(A)
+    check(rt.sum(a, 1), torch.sum(ta, 1), rtol=SUM32)
+    check(rt.sum(a), torch.sum(ta), rtol=SUM32)
+    check(rt.mean(a, 0, keepdim=True), torch.mean(ta, 0, keepdim=True), rtol=SUM32)
+    check(rt.amax(a, 1), torch.amax(ta, 1))
+    v, i = rt.max(a, 0)
+    tv, ti = torch.max(ta, 0)
+    check(v, tv)
+    check(i, ti)
+    check(rt.softmax(a, 1), torch.softmax(ta, 1), rtol=4 * RTOL32, atol=1e-7)
+    idx, tidx = pair(np.array([2, 0, 2]))
+    check(rt.index_select(a, 1, idx), torch.index_select(ta, 1, tidx))
+    g, tg = pair(np.array([[1, 0], [0, 1]]))
+    check(rt.gather(a, 1, g), torch.gather(ta, 1, tg))
+
+
+@pytest.mark.parametrize("kernel", ["naive", "tiled"])
+def test_matmul_kernels(kernel, monkeypatch):
+    monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", kernel)
+    x = rng.standard_normal((5, 18)).astype(np.float32)  # k = 18 spans two 16-wide tiles
+    y = rng.standard_normal((18, 3)).astype(np.float32)
+    a, ta = pair(x)
+    b, tb = pair(y)
+    check(a @ b, ta @ tb, rtol=SUM32, atol=1e-5)
+    check(
+        rt.bmm(a.unsqueeze(0), b.unsqueeze(0)),
+        torch.bmm(ta.unsqueeze(0), tb.unsqueeze(0)),
+        rtol=SUM32,
+        atol=1e-5,
+    )
+
+
+def test_misuse_raises_torchs_exception_types():
+    a, ta = pair(A)
+    i = rt.from_numpy(np.arange(3)).cuda()
+    r = outcome(lambda: i + i)
+    assert r == ("error", (NotImplementedError, "\"add_cuda\" not implemented for 'Long'"))
+    r = outcome(lambda: a + rt.from_numpy(A.copy()))
+    assert r == (
+        "error",
+        (
+            RuntimeError,
+            "Expected all tensors to be on the same device, but found at least two "
+            "devices, cuda:0 and cpu!",
+        ),
+    )
+    assert outcome(lambda: a.numpy())[1][0] is TypeError
+    assert outcome(lambda: a.to("tpu"))[1][0] is RuntimeError
+
+
+def test_storage_is_a_device_array():
+    a, _ = pair(A)
+    st = a.untyped_storage()
+    assert st.device == "cuda" and st.nbytes() == A.nbytes
+    assert a.data_ptr() == st.data_ptr()
