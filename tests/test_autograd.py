@@ -994,3 +994,42 @@ def test_a_view_follows_its_base_changed_in_place():
         loss.backward()
         results.append((name, x.grad.tolist()))
     assert results[0] == results[1]
+
+
+# ---------------------------------------------------------------- inference mode
+
+
+def inference_mode_behaviour(lib, make, inference_mode):
+    """What inference mode makes, and what may and may not be done with it afterwards."""
+    w = make([1.0, 2.0, 3.0])
+    with inference_mode():
+        i = w * 2
+        inside = (i.is_inference(), i.requires_grad, lib.is_grad_enabled())
+        i.add_(1)  # allowed inside
+        view = i[1:]
+        made = lib.tensor([1.0]) if lib is ra else torch.tensor([1.0])
+    outcomes = [inside, view.is_inference(), made.is_inference(), i.detach().is_inference()]
+    for attempt in (lambda: i._version, lambda: i.add_(1), lambda: view.mul_(2),
+                    lambda: i.requires_grad_(), lambda: (w * i).sum().backward()):  # fmt: skip
+        try:
+            attempt()
+            outcomes.append("ok")
+        except RuntimeError as e:
+            outcomes.append(str(e))
+    (w + i).sum().backward()  # nothing of i is saved: allowed
+    outcomes.append(w.grad.tolist())
+    with lib.no_grad():
+        n = w * 2
+    outcomes.append((n.is_inference(), n._version))
+    return outcomes
+
+
+def test_inference_mode_as_torch():
+    ours = inference_mode_behaviour(
+        ra, lambda v: ra.tensor(torch.tensor(v), requires_grad=True), ra.inference_mode
+    )
+    theirs = inference_mode_behaviour(
+        torch, lambda v: torch.tensor(v, requires_grad=True), torch.inference_mode
+    )
+    assert ours == theirs
+    assert not ra.is_inference_mode_enabled() and ra.is_grad_enabled()

@@ -11,7 +11,14 @@ from . import _ops, forward_ad, graph
 from .anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from .engine import backward, grad
 from .function import Function, FunctionCtx
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .gradcheck import gradcheck
 from .graph import AccumulateGrad, Edge, Node, SavedVariable, saved_tensors_hooks
 from .graphviz import backward_order, graph_names, make_dot
@@ -34,10 +41,12 @@ __all__ = [
     "forward_ad",
     "grad",
     "gradcheck",
+    "inference_mode",
     "graph",
     "graph_names",
     "is_anomaly_enabled",
     "is_grad_enabled",
+    "is_inference_mode_enabled",
     "make_dot",
     "no_grad",
     "saved_tensors_hooks",

@@ -207,6 +207,8 @@ class SavedVariable:
     )
 
     def __init__(self, tensor, is_output: bool = False) -> None:
+        if tensor._version_counter is grad_mode.INFERENCE_VERSION:
+            raise RuntimeError(grad_mode.ERR_INFERENCE_SAVED)
         self.saved_version, self.output_nr = tensor._version, tensor._output_nr
         self.tensor = self.data = self.version_counter = self.grad_fn = None
         self.grad_accumulator = self.unpack_hook = None

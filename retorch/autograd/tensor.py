@@ -108,7 +108,14 @@ class Tensor:
 
     @property
     def _version(self) -> int:
-        return self._version_counter.value
+        counter = self._version_counter
+        if counter is grad_mode.INFERENCE_VERSION:
+            raise RuntimeError(grad_mode.ERR_INFERENCE_VERSION)
+        return counter.value
+
+    def is_inference(self) -> bool:
+        """Whether this tensor was made in inference mode (it has no version counter)."""
+        return self._version_counter is grad_mode.INFERENCE_VERSION
 
     @property
     def retains_grad(self) -> bool:
@@ -146,6 +153,8 @@ class Tensor:
         return _ops.tolist(self.data)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad and self.is_inference() and not grad_mode._inference_enabled:
+            raise RuntimeError(grad_mode.ERR_INFERENCE_REQUIRES_GRAD)
         if not self.is_leaf and not requires_grad:
             raise RuntimeError(
                 "you can only change requires_grad flags of leaf variables. If you want to use a "
@@ -245,7 +254,10 @@ class Tensor:
     def _record_graph(op: str, data, inputs: tuple, save, save_output, attrs: dict) -> Tensor:
         """What ``_record`` does for reverse mode (the generated VariableType kernels)."""
         if not grad_mode._enabled:
-            return Tensor(data)
+            out = Tensor(data)
+            if grad_mode._inference_enabled:  # an inference tensor: no version counter
+                out._version_counter = grad_mode.INFERENCE_VERSION
+            return out
         for t in inputs:
             if t.requires_grad:
                 break
@@ -267,6 +279,9 @@ class Tensor:
     def _inplace(self, op: str, fn: Callable, other: Tensor | None = None, **attrs: Any) -> Tensor:
         """An in-place op: change the data, bump the version, rebase this tensor's history."""
         inputs = (self,) if other is None else (self, other)
+        inference = self._version_counter is grad_mode.INFERENCE_VERSION
+        if inference and not grad_mode._inference_enabled:
+            raise RuntimeError(grad_mode.ERR_INFERENCE_INPLACE)
         if forward_ad._current_level is not None and any(t._fw_grad for t in inputs):
             raise NotImplementedError(
                 f"{op}_ on a dual tensor: retorch's forward-mode AD has no in-place ops; use "
@@ -293,7 +308,8 @@ class Tensor:
             if op == "mul":  # the gradient for `other` needs self's value from before the change
                 _save(node, op, {"self_": Tensor(_ops.clone(self.data)), "other": other})
         fn(self.data)
-        self._version_counter.value += 1
+        if not inference:
+            self._version_counter.value += 1
         if view:  # the base's history changes: CopySlices (copy_slices.py)
             rebase_history(self, node)
         elif needs:
@@ -809,7 +825,10 @@ def _shape_args(shape) -> tuple[int, ...]:
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
     """``retorch.autograd.tensor(data, requires_grad=False)``: a leaf wrapping a torch tensor."""
-    return Tensor(_ops.as_array(data, dtype), requires_grad=requires_grad)
+    out = Tensor(_ops.as_array(data, dtype), requires_grad=requires_grad)
+    if grad_mode._inference_enabled:  # made in inference mode: an inference tensor
+        out._version_counter = grad_mode.INFERENCE_VERSION
+    return out
 
 
 def where(condition, input: Tensor, other) -> Tensor:
