@@ -7,6 +7,11 @@ fused ones a single pass that reads param, grad and both moments and writes thre
 retorch's fused step is one parallel Numba kernel over the whole tensor list (chunks of 64K
 elements spread over the cores); with 100 tensors its Python-side cost (a table of addresses
 and per-tensor constants) starts to show next to the kernel itself.
+
+On a machine with a GPU (and the CUDA simulator off), a GPU section times one step of torch's
+fused and foreach Adam and retorch's CUDA path (one launch per group over flat buffers) for
+the three cases of issue 8, with CUDA events, and stores them with the device's name. Where
+there is no GPU it stores why it was skipped, and no numbers.
 """
 
 from __future__ import annotations
@@ -34,6 +39,62 @@ def _params(total: int, count: int) -> list[torch.Tensor]:
     for p in params:
         p.grad = torch.randn_like(p)
     return params
+
+
+GPU_IMPLS = {
+    "torch fused": (torch.optim.Adam, dict(fused=True)),
+    "torch foreach": (torch.optim.Adam, dict(foreach=True)),
+    "retorch fused (numba-cuda)": (ro.Adam, dict(fused=True)),
+}
+
+
+def gpu_skip_reason() -> str | None:
+    """Why the GPU section cannot run here, or None when it can."""
+    from retorch.cuda import simulator_enabled
+
+    if not torch.cuda.is_available():
+        return "no GPU on this machine (torch.cuda.is_available() is False)"
+    if simulator_enabled():
+        return "the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): kernels would not run on the GPU"
+    return None
+
+
+def run_gpu(quick: bool = False) -> dict:
+    """One Adam step on the GPU, in ms (CUDA events, median), or why it was skipped."""
+    reason = gpu_skip_reason()
+    if reason:
+        return {"skipped": reason}
+    cases = [(1_000_000, 10)] if quick else [(10_000_000, 10), (10_000_000, 100), (100_000_000, 10)]
+    rows = []
+    for total, count in cases:
+        torch.manual_seed(0)
+        params = [
+            torch.randn(total // count, device="cuda", requires_grad=True) for _ in range(count)
+        ]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opts = {name: cls(params, lr=1e-3, **kw) for name, (cls, kw) in GPU_IMPLS.items()}
+        for opt in opts.values():
+            opt.step()
+            opt.step()
+        samples: dict[str, list[float]] = {name: [] for name in opts}
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(5 if quick else 25):
+            for name, opt in opts.items():
+                torch.cuda.synchronize()
+                start.record()
+                opt.step()
+                end.record()
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end))
+        rows += [
+            {"case": f"{total / 1e6:g}M params in {count} tensors", "impl": name,
+             "value": statistics.median(times)}
+            for name, times in samples.items()
+        ]  # fmt: skip
+        del opts, params
+        torch.cuda.empty_cache()
+    return {"device": torch.cuda.get_device_name(), "unit": "ms", "rows": rows}
 
 
 def run(quick: bool = False) -> dict:
@@ -69,4 +130,5 @@ def run(quick: bool = False) -> dict:
         "unit": "ms",
         "rows": rows,
         "notes": " ".join(__doc__.split("\n\n")[1].split()),
+        "gpu": run_gpu(quick),
     }

@@ -1,0 +1,252 @@
+"""Wrong answers a student could plausibly write for lab 2; each must fail its graded check.
+
+Used by ``tools/check_wrong_answers.py 02_optim_lab``. Each entry replaces the BEGIN/END
+SOLUTION region(s) of the exercise's solution cell (exercise 5's cell has two: pack, unpack).
+"""
+
+_SGD = """\
+grad = grad.add(p, alpha=weight_decay) if weight_decay else grad
+if buf is None:
+    buf = grad.clone()
+else:
+    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+direction = grad.add(buf, alpha=momentum) if nesterov else buf
+p.add_(direction, alpha=-lr)
+return buf
+"""
+
+_ADAM = """\
+m.mul_(beta1).add_(grad, alpha=1 - beta1)
+v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+m_hat = m / (1 - beta1**t)
+v_hat = v / (1 - beta2**t)
+p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+"""
+
+_FOREACH = """\
+torch._foreach_mul_(ms, beta1)
+torch._foreach_add_(ms, grads, alpha=1 - beta1)
+torch._foreach_mul_(vs, beta2)
+torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
+step_sizes = [-lr / (1 - beta1**t) for t in steps]
+bc2_sqrt = [math.sqrt(1 - beta2**t) for t in steps]
+denom = torch._foreach_sqrt(vs)
+torch._foreach_div_(denom, bc2_sqrt)
+torch._foreach_add_(denom, eps)
+torch._foreach_addcdiv_(params, ms, denom, step_sizes)
+"""
+
+_PACK = """\
+index, groups, start = {}, [], 0
+for group in param_groups:
+    packed = {k: v for k, v in group.items() if k != "params"}
+    packed["params"] = list(range(start, start + len(group["params"])))
+    index.update({id(p): i for i, p in zip(packed["params"], group["params"])})
+    start += len(group["params"])
+    groups.append(packed)
+return {"state": {index[id(p)]: s for p, s in state.items()}, "param_groups": groups}
+"""
+
+_UNPACK = """\
+params = [p for group in param_groups for p in group["params"]]
+state = {}
+for i, saved in state_dict["state"].items():
+    p = params[i]
+    state[p] = {k: v if k == "step" else v.to(dtype=p.dtype, device=p.device)
+                for k, v in saved.items()}
+groups = [dict(saved_group, params=group["params"])
+          for group, saved_group in zip(param_groups, state_dict["param_groups"])]
+return state, groups
+"""
+
+WRONG = {
+    "ex1_sgd_step": [
+        (
+            "the first momentum buffer is the gradient itself (an alias, not a copy)",
+            _SGD.replace("buf = grad.clone()", "buf = grad"),
+        ),
+        (
+            "weight decay added to the gradient in place (changes the caller's .grad)",
+            _SGD.replace(
+                "grad = grad.add(p, alpha=weight_decay) if weight_decay else grad",
+                "if weight_decay:\n    grad.add_(p, alpha=weight_decay)",
+            ),
+        ),
+        (
+            "dampening applied at the first step too",
+            _SGD.replace("buf = grad.clone()", "buf = grad.clone().mul_(1 - dampening)"),
+        ),
+        (
+            "Nesterov steps along grad + buf, without the momentum factor",
+            _SGD.replace("grad.add(buf, alpha=momentum)", "grad.add(buf)"),
+        ),
+        (
+            "weight decay applied to the parameter after the step, not to the gradient",
+            _SGD.replace(
+                "grad = grad.add(p, alpha=weight_decay) if weight_decay else grad\n", ""
+            ).replace(
+                "p.add_(direction, alpha=-lr)",
+                "p.add_(direction, alpha=-lr)\np.mul_(1 - lr * weight_decay)",
+            ),
+        ),
+    ],
+    "ex2_adam_step": [
+        (
+            "bias correction off by one step (t counted from 0)",
+            _ADAM.replace("beta1**t", "beta1 ** (t + 1)").replace("beta2**t", "beta2 ** (t + 1)"),
+        ),
+        (
+            "no bias correction",
+            _ADAM.replace("/ (1 - beta1**t)", "").replace("/ (1 - beta2**t)", ""),
+        ),
+        (
+            "eps inside the square root",
+            _ADAM.replace("(v_hat.sqrt() + eps)", "(v_hat + eps).sqrt()"),
+        ),
+        (
+            "moments rebound to new tensors instead of updated in place",
+            _ADAM.replace(
+                "m.mul_(beta1).add_(grad, alpha=1 - beta1)", "m = beta1 * m + (1 - beta1) * grad"
+            ).replace(
+                "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)",
+                "v = beta2 * v + (1 - beta2) * grad * grad",
+            ),
+        ),
+        (
+            "second moment of the gradient, not of its square",
+            _ADAM.replace("addcmul_(grad, grad, value=1 - beta2)", "add_(grad, alpha=1 - beta2)"),
+        ),
+    ],
+    "ex3_adamw_step": [
+        (
+            "weight decay the Adam way: added to the gradient",
+            "adam_step(p, grad + weight_decay * p, m, v, t, lr, beta1, beta2, eps)",
+        ),
+        (
+            "decay applied after the Adam update instead of before",
+            "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)\np.mul_(1 - lr * weight_decay)",
+        ),
+        (
+            "decay not scaled by the learning rate",
+            "p.mul_(1 - weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+        ),
+        (
+            "decay subtracted from the update direction (L2 through the moments)",
+            "grad.add_(p, alpha=weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+        ),
+    ],
+    "ex4_adam_foreach": [
+        (
+            "a Python loop over the tensors (right values, one op per tensor per line)",
+            "for p, g, m, v, t in zip(params, grads, ms, vs, steps):\n"
+            "    adam_step(p, g, m, v, t, lr, beta1, beta2, eps)",
+        ),
+        (
+            "one step count for the whole list (steps[0])",
+            _FOREACH.replace("for t in steps]", "for t in [steps[0]] * len(steps)]"),
+        ),
+        (
+            "moments computed out of place (the state is never updated)",
+            _FOREACH.replace(
+                "torch._foreach_mul_(ms, beta1)", "ms = torch._foreach_mul(ms, beta1)"
+            ).replace("torch._foreach_mul_(vs, beta2)", "vs = torch._foreach_mul(vs, beta2)"),
+        ),
+        (
+            "second bias correction without the square root",
+            _FOREACH.replace("math.sqrt(1 - beta2**t)", "1 - beta2**t"),
+        ),
+    ],
+    "ex5_state_dict": [
+        (
+            "positions restart at 0 in every group",
+            [
+                _PACK.replace(
+                    'list(range(start, start + len(group["params"])))',
+                    'list(range(len(group["params"])))',
+                ),
+                None,
+            ],
+        ),
+        (
+            "positions given only to parameters that have state",
+            [
+                "index = {id(p): i for i, p in enumerate(state)}\n"
+                "groups = [{**{k: v for k, v in g.items() if k != 'params'},\n"
+                "           'params': [index.get(id(p), -1) for p in g['params']]}\n"
+                "          for g in param_groups]\n"
+                "return {'state': {index[id(p)]: s for p, s in state.items()},"
+                " 'param_groups': groups}",
+                None,
+            ],
+        ),
+        (
+            "the state tensors cloned into the state_dict instead of shared",
+            [
+                _PACK.replace(
+                    "{index[id(p)]: s for p, s in state.items()}",
+                    "{index[id(p)]: {k: v.clone() for k, v in s.items()} for p, s in state.items()}",
+                ),
+                None,
+            ],
+        ),
+        (
+            "the optimizer's own group dicts rewritten with positions",
+            [
+                "index, start = {}, 0\n"
+                "for group in param_groups:\n"
+                "    index.update({id(p): start + i for i, p in enumerate(group['params'])})\n"
+                "    group['params'] = [index[id(p)] for p in group['params']]\n"
+                "    start += len(group['params'])\n"
+                "return {'state': {index[id(p)]: s for p, s in state.items()},\n"
+                "        'param_groups': param_groups}",
+                None,
+            ],
+        ),
+        (
+            "unpack maps the saved states, in order, onto the parameters (skips none)",
+            [
+                None,
+                _UNPACK.replace(
+                    'for i, saved in state_dict["state"].items():',
+                    'for i, saved in enumerate(state_dict["state"].values()):',
+                ),
+            ],
+        ),
+        (
+            "unpack deep-copies the state (torch shares tensors that need no move)",
+            [
+                None,
+                "import copy\n"
+                + _UNPACK.replace(
+                    'for i, saved in state_dict["state"].items():',
+                    'for i, saved in copy.deepcopy(state_dict["state"]).items():',
+                ),
+            ],
+        ),
+        (
+            "unpack keeps the current groups' options instead of the saved ones",
+            [
+                None,
+                _UNPACK.replace('dict(saved_group, params=group["params"])', "dict(group)"),
+            ],
+        ),
+    ],
+    "ex6_cosine_lr": [
+        (
+            "cosine over T_max + 1 epochs",
+            "return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * epoch / (T_max + 1))) / 2",
+        ),
+        (
+            "eta_min left out of the offset",
+            "return base_lr * (1 + math.cos(math.pi * epoch / T_max)) / 2",
+        ),
+        (
+            "a full cosine instead of half (no 1 + ... / 2)",
+            "return eta_min + (base_lr - eta_min) * math.cos(math.pi * epoch / T_max)",
+        ),
+        (
+            "the recursive form with a wrong factor (cos of the next epoch only)",
+            "return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * (epoch + 1) / T_max)) / 2",
+        ),
+    ],
+}
