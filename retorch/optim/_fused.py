@@ -281,7 +281,8 @@ class FlatAdamBuffers:
         self.grad = torch.zeros(total, device=device)
         self.exp_avg = torch.zeros(total, device=device)
         self.exp_avg_sq = torch.zeros(total, device=device)
-        self.max_exp_avg_sq = torch.zeros(total if amsgrad else 0, device=device)
+        # Without amsgrad the kernel never reads it; one element keeps a valid device pointer.
+        self.max_exp_avg_sq = torch.zeros(total if amsgrad else 1, device=device)
         self.step = torch.zeros(len(self.params), dtype=torch.float32, device=device)
         for p in self.params:  # the parameters now live in the flat buffer
             p.data = self.view(self.param, p)
