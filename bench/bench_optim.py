@@ -111,7 +111,7 @@ def run(quick: bool = False) -> dict:
             opt.step()
             opt.step()
         samples: dict[str, list[float]] = {name: [] for name in opts}
-        for _ in range(3 if quick else 9):
+        for _ in range(3 if quick else 15):
             for name, opt in opts.items():  # interleaved, so drifts hit every implementation
                 t0 = time.perf_counter()
                 opt.step()
