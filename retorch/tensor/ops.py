@@ -431,7 +431,8 @@ def max(x, dim=None, keepdim=False):  # noqa: A001
     """``torch.max(x)`` (the largest element) or ``torch.max(x, dim)`` -> (values, indices)."""
     if dim is None:
         return _max_impl(x, None, False, "max")[0]
-    return _max_impl(x, dim, keepdim, "max")
+    # max.dim wraps its single dim before checking it (amax checks the dims as given)
+    return _max_impl(x, maybe_wrap_dim(dim, x.dim()), keepdim, "max")
 
 
 def _check_float(x, name):
