@@ -14,13 +14,22 @@ across threads directly; otherwise threads take whole inner rows.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import njit, prange, types
+from numba.core import errors
 from numba.extending import overload
 
 from . import scalar_ops as S
 
 _jit = dict(cache=True, error_model="numpy")
+# Inlining the op switch into the loops (inline="always") lets LLVM hoist the switch out of
+# the loop (2x faster add); Numba's pedantic SSA check then warns about a variable of the
+# inlined function, harmlessly: keep that one warning out of notebooks and test logs.
+warnings.filterwarnings(
+    "ignore", message="variable '.*' is not in scope", category=errors.NumbaIRAssumptionWarning
+)
 compare = njit(inline="always", **_jit)(S.compare)
 
 
@@ -87,9 +96,12 @@ def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
         po = oo + _row_start(row, shape, strides, 0)
         pa = ao + _row_start(row, shape, strides, 1)
         pb = bo + _row_start(row, shape, strides, 2)
-        if so == 1 and sa == 1 and sb == 1:  # unit strides: a loop LLVM can vectorise
-            for j in range(j0, j1):
-                out[po + j] = binary_scalar(op, a[pa + j], b[pb + j], alpha)
+        if so == 1 and sa == 1 and sb == 1:
+            # unit strides: slices indexed from 0 (no negative-index wraparound to check)
+            # give LLVM a loop it can vectorise
+            o_, a_, b_ = out[po + j0 : po + j1], a[pa + j0 : pa + j1], b[pb + j0 : pb + j1]
+            for j in range(j1 - j0):
+                o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
         else:
             for j in range(j0, j1):
                 out[po + j * so] = binary_scalar(op, a[pa + j * sa], b[pb + j * sb], alpha)
@@ -130,8 +142,9 @@ def copy_loop(out, oo, a, ao, shape, strides):
         po = oo + _row_start(row, shape, strides, 0)
         pa = ao + _row_start(row, shape, strides, 1)
         if so == 1 and sa == 1:
-            for j in range(j0, j1):
-                out[po + j] = a[pa + j]
+            o_, a_ = out[po + j0 : po + j1], a[pa + j0 : pa + j1]
+            for j in range(j1 - j0):
+                o_[j] = a_[j]
         else:
             for j in range(j0, j1):
                 out[po + j * so] = a[pa + j * sa]
@@ -176,8 +189,9 @@ _CHUNK = 1 << 16
 
 @njit(fastmath={"reassoc", "contract"}, **_jit)
 def _sum_range(x, start, stop, acc):
-    for i in range(start, stop):
-        acc += x[i]
+    xs = x[start:stop]
+    for i in range(xs.shape[0]):
+        acc += xs[i]
     return acc
 
 
@@ -221,8 +235,9 @@ _BLOCK = 64
 
 @njit(fastmath={"reassoc", "contract"}, **_jit)
 def _dot(a, ia, b, ib, n, acc):
+    sa, sb = a[ia : ia + n], b[ib : ib + n]  # slices: 4x faster than a[ia + k] here
     for k in range(n):
-        acc += a[ia + k] * b[ib + k]
+        acc += sa[k] * sb[k]
     return acc
 
 
