@@ -124,7 +124,8 @@ def _float32_pointer(typingctx, address):
 
 @functools.cache
 def fused_adam_cpu(amsgrad: bool, maximize: bool, adamw: bool):
-    """The CPU kernel for one combination of flags, compiled (and cached on disk) at first use.
+    """The CPU kernel for one combination of flags, compiled (and cached on disk) at first
+    use.
 
     The flags are compile-time constants of the kernel, as ``ADAM_MODE`` is a template
     parameter of ATen's: tested at run time inside the inner loop, they stop LLVM from
@@ -262,13 +263,13 @@ def fused_adam_cuda_kernel(
 class FlatAdamBuffers:
     """One group's tensors laid end to end in flat device buffers that the tensors view.
 
-    The GPU form of the fused step, as apex's contiguous buffers and FSDP's ``FlatParameter``
-    do it: Numba-CUDA kernels take arrays, not lists of tensor addresses, so the parameters,
-    gradients, both moments and the step counts each live in one flat buffer, and
-    ``param.data``, ``p.grad`` and the optimizer's ``state`` are views of it. One launch then
-    covers the whole group, with a chunk table like ``multi_tensor_apply``'s
-    (``TensorListMetadata``: the tensor and first element of each block) built once and kept
-    on the device. A step copies nothing from the host.
+    The GPU form of the fused step, as apex's contiguous buffers and FSDP's
+    ``FlatParameter`` do it: Numba-CUDA kernels take arrays, not lists of tensor
+    addresses, so the parameters, gradients, both moments and the step counts each live
+    in one flat buffer, and ``param.data``, ``p.grad`` and the optimizer's ``state`` are
+    views of it. One launch then covers the whole group, with a chunk table like
+    ``multi_tensor_apply``'s (``TensorListMetadata``: the tensor and first element of each
+    block) built once and kept on the device. A step copies nothing from the host.
     """
 
     def __init__(self, params, amsgrad: bool):
@@ -281,7 +282,7 @@ class FlatAdamBuffers:
         self.grad = torch.zeros(total, device=device)
         self.exp_avg = torch.zeros(total, device=device)
         self.exp_avg_sq = torch.zeros(total, device=device)
-        # Without amsgrad the kernel never reads it; one element keeps a valid device pointer.
+        # Without amsgrad the kernel never reads it; one element keeps a valid pointer.
         self.max_exp_avg_sq = torch.zeros(total if amsgrad else 1, device=device)
         self.step = torch.zeros(len(self.params), dtype=torch.float32, device=device)
         for p in self.params:  # the parameters now live in the flat buffer
@@ -302,7 +303,8 @@ class FlatAdamBuffers:
         self._moved_grads: list = []
 
     def adopt(self, p, state) -> None:
-        """Make ``p``, its state and (at ``gather_grads``) its gradient views of the flat buffers.
+        """Make ``p``, its state and (at ``gather_grads``) its gradient views of the flat
+        buffers.
 
         Copies only what is not a view yet: fresh state, state just loaded by
         ``load_state_dict``, a parameter whose ``.data`` was replaced, a new gradient.
@@ -323,9 +325,9 @@ class FlatAdamBuffers:
             self._moved_grads.append((p, view))
 
     def gather_grads(self) -> None:
-        """Copy the gradients that are not views of ``self.grad`` into it, in one foreach copy,
-        and make them views: a loop that keeps its gradients (``zero_grad(set_to_none=False)``,
-        accumulation) copies nothing at later steps."""
+        """Copy the gradients that are not views of ``self.grad`` into it, in one foreach
+        copy, and make them views: a loop that keeps its gradients
+        (``zero_grad(set_to_none=False)``, accumulation) copies nothing at later steps."""
         if self._moved_grads:
             params, views = zip(*self._moved_grads)
             torch._foreach_copy_(list(views), [p.grad for p in params])
@@ -334,21 +336,22 @@ class FlatAdamBuffers:
             self._moved_grads.clear()
 
     def view(self, flat, p):
-        """The part of ``flat`` that belongs to ``p``, shaped like it (the step: a 0-d view)."""
+        """The part of ``flat`` that belongs to ``p``, shaped like it (a step: 0-d)."""
         i = self.index[id(p)]
         if flat is self.step:
             return flat[i]
         return flat[self.offsets[i] : self.offsets[i] + self.numels[i]].view_as(p)
 
     def chunks(self, present: tuple[int, ...]):
-        """Device arrays ``(chunk_tensor, chunk_start)`` for the tensors ``present``: built and
-        uploaded once per set of tensors with gradients (usually one set for a whole run)."""
+        """Device arrays ``(chunk_tensor, chunk_start)`` for the tensors ``present``: built
+        and uploaded once per set of tensors with gradients (usually one for a run)."""
         key = (present, CHUNK)
         if key not in self._chunks:
             tensor, start = chunk_table([self.numels[i] for i in present])
             tensor = np.asarray(present, dtype=np.int64)[tensor]
             device = self.param.device
-            tables = [torch.tensor(a, dtype=torch.int64, device=device) for a in (tensor, start)]
+            tables = [torch.tensor(a, dtype=torch.int64, device=device)
+                      for a in (tensor, start)]  # fmt: skip
             if len(self._chunks) > 8:  # a few patterns of frozen parameters at most
                 self._chunks.clear()
             self._chunks[key] = (tables, [as_cuda_array(t) for t in tables])
