@@ -14,6 +14,7 @@ across threads directly; otherwise threads take whole inner rows.
 
 from __future__ import annotations
 
+import types as pytypes
 import warnings
 
 import numpy as np
@@ -261,6 +262,35 @@ def bmm_blocked(a, bt, out, batch, m, n, k, zero):
                     out[(p * m + i) * n + j] = _dot(a, ra, bt, (p * n + j) * k, k, zero)
 
 
+#: ``at::internal::GRAIN_SIZE``: ``at::parallel_for`` runs a range smaller than this on the
+#: calling thread; starting the thread pool costs more than such a loop.
+GRAIN_SIZE = 32768
+
+
+def _serial(fn):
+    """The same loop compiled without threads (its ``prange`` runs as ``range``), cached
+    under its own name."""
+    py = fn.py_func
+    f = pytypes.FunctionType(py.__code__, py.__globals__, py.__name__ + "_serial", py.__defaults__)
+    f.__qualname__ = py.__qualname__ + "_serial"
+    f.__module__ = py.__module__
+    f.__doc__ = py.__doc__
+    return njit(**_jit)(f)
+
+
+_SERIAL = {}
+
+
+def _pick(loop, n):
+    """``loop`` for ``n`` elements: threaded at GRAIN_SIZE and above, else its serial twin."""
+    if n >= GRAIN_SIZE:
+        return loop
+    serial = _SERIAL.get(loop)
+    if serial is None:
+        serial = _SERIAL[loop] = _serial(loop)
+    return serial
+
+
 # ---- the CPU entries of the dispatch stubs ---------------------------------------------------
 # Each takes a built TensorIterator (or contiguous tensors for reductions and matmul), as the
 # functions ATen registers with REGISTER_DISPATCH(add_stub, &add_kernel) take a TensorIteratorBase.
@@ -274,48 +304,48 @@ def binary_kernel(it, op, alpha):
     alpha = (
         float(it.common_dtype.np.type(alpha)) if it.common_dtype.is_floating_point else int(alpha)
     )
-    binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha)
+    _pick(binary_loop, it.numel())(op, out, oo, a, ao, b, bo, shape, strides, alpha)
 
 
 @stub("compare").register("cpu")
 def compare_kernel(it, op):
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
-    compare_loop(op, out, oo, a, ao, b, bo, shape, strides)
+    _pick(compare_loop, it.numel())(op, out, oo, a, ao, b, bo, shape, strides)
 
 
 @stub("unary").register("cpu")
 def unary_kernel(it, op):
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    unary_loop(op, out, oo, a, ao, shape, strides)
+    _pick(unary_loop, it.numel())(op, out, oo, a, ao, shape, strides)
 
 
 @stub("copy").register("cpu")
 def copy_kernel(it):
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    copy_loop(out, oo, a, ao, shape, strides)
+    _pick(copy_loop, it.numel())(out, oo, a, ao, shape, strides)
 
 
 @stub("where").register("cpu")
 def where_kernel(it):
     (out, c, a, b), (oo, co, ao, bo), shape, strides = it.kernel_args()
-    where_loop(out, oo, c, co, a, ao, b, bo, shape, strides)
+    _pick(where_loop, it.numel())(out, oo, c, co, a, ao, b, bo, shape, strides)
 
 
 @stub("gather").register("cpu")
 def gather_kernel(it, dim_stride):
     (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
-    gather_loop(out, oo, src, so, idx, io, shape, strides, dim_stride)
+    _pick(gather_loop, it.numel())(out, oo, src, so, idx, io, shape, strides, dim_stride)
 
 
 @stub("sum").register("cpu")
 def sum_kernel(x, out, outer, inner):
     """``x``: a contiguous tensor of ``outer * inner`` elements; ``out``: ``outer`` of them."""
-    sum_rows(_flat(x), _flat(out), outer, inner, x.dtype.np.type(0))
+    _pick(sum_rows, x.numel())(_flat(x), _flat(out), outer, inner, x.dtype.np.type(0))
 
 
 @stub("max").register("cpu")
 def max_kernel(x, values, indices, outer, inner):
-    max_rows(_flat(x), _flat(values), _flat(indices), outer, inner)
+    _pick(max_rows, x.numel())(_flat(x), _flat(values), _flat(indices), outer, inner)
 
 
 @stub("bmm").register("cpu")
@@ -327,7 +357,8 @@ def bmm_kernel(a, b, out):
     batch, m, k = a.shape
     n = b.shape[2]
     bt = contiguous(b.transpose(1, 2))
-    bmm_blocked(_flat(a), _flat(bt), _flat(out), batch, m, n, k, a.dtype.np.type(0))
+    loop = _pick(bmm_blocked, batch * m * n * k)
+    loop(_flat(a), _flat(bt), _flat(out), batch, m, n, k, a.dtype.np.type(0))
 
 
 def _flat(t):
