@@ -134,3 +134,21 @@ def test_storage_is_a_device_array():
     st = a.untyped_storage()
     assert st.device == "cuda" and st.nbytes() == A.nbytes
     assert a.data_ptr() == st.data_ptr()
+
+
+@pytest.mark.skipif(
+    not cuda_kernels.rcuda.simulator_enabled(), reason="needs a machine without a GPU"
+)
+def test_cuda_tensor_without_gpu_or_simulator_is_a_runtime_error():
+    """With the simulator off and no driver, torch's CUDA builds raise RuntimeError too."""
+    import subprocess
+    import sys
+
+    code = (
+        "import retorch.tensor as rt\n"
+        "try:\n    rt.ones(3, device='cuda')\n"
+        "except RuntimeError as e:\n    print('RuntimeError:', str(e).split(':')[0])\n"
+    )
+    env = {**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "RuntimeError: Found no NVIDIA driver on your system", out.stderr

@@ -179,6 +179,30 @@ def test_iterator_coalesces_dimensions():
     assert it.operands[1].stride_bytes == [4, 0, 24]
 
 
+def test_iterator_trace_shows_each_step():
+    from retorch.tensor.tensor_iterator import TensorIteratorConfig
+
+    x = rt.zeros(2, 3, 4)
+    cfg = TensorIteratorConfig().add_output(None).add_input(x.transpose(0, 2))
+    cfg.add_input(rt.scalar_tensor(1.0, wrapped=True))
+    cfg.trace = True
+    it = cfg.build()
+    steps = {name: (shape, strides) for name, shape, strides in it.steps}
+    assert steps["compute_strides"] == ([4, 3, 2], [None, [4, 16, 48], [0, 0, 0]])
+    assert steps["reorder_dimensions"][0] == [
+        4,
+        3,
+        2,
+    ]  # the transposed input is fastest along dim 0
+    assert steps["coalesce_dimensions"] == ([24], [[4], [4], [0]])
+    assert it.output().stride() == torch.zeros(2, 3, 4).transpose(0, 2).add(1.0).stride()
+
+
+def test_repr_is_torch_like():
+    assert repr(rt.arange(4.0).view(2, 2)) == repr(torch.arange(4.0).view(2, 2))
+    assert repr(rt.tensor([1, 2])) == repr(torch.tensor([1, 2]))
+
+
 def test_infer_size_error_matches_torch():
     for a, b in [((3, 4), (5,)), ((2, 1, 3), (4, 2, 2)), ((0,), (2,))]:
         r = outcome(lambda: rt.infer_size(a, b))

@@ -47,9 +47,17 @@ def _cuda_empty(nbytes: int):
     if _cuda_allocator is not None:
         return _cuda_allocator(nbytes)
     from numba import cuda
+    from numba.cuda.cudadrv.error import CudaSupportError
 
-    # A zero-byte device array still needs a valid object; Numba accepts shape (0,).
-    return cuda.device_array(max(nbytes, 0), dtype=np.uint8)
+    try:
+        return cuda.device_array(max(nbytes, 0), dtype=np.uint8)
+    except CudaSupportError as e:
+        # torch (a CUDA build on a machine without a driver) raises RuntimeError here too
+        raise RuntimeError(
+            "Found no NVIDIA driver on your system: a CUDA tensor needs a GPU. Without one, "
+            "run with NUMBA_ENABLE_CUDASIM=1 (retorch chooses it when it finds no driver) to "
+            f"run CUDA tensors on Numba's CUDA simulator. ({type(e).__name__})"
+        ) from None
 
 
 def _simulated() -> bool:

@@ -177,7 +177,7 @@ class Tensor:
         return self.to("cuda")
 
     def __repr__(self):
-        body = np.array2string(self.cpu().numpy(), separator=", ", precision=4)
+        body = np.array2string(self.cpu().numpy(), separator=", ", precision=4, prefix="tensor(")
         extra = "" if self.device == "cpu" else ", device='cuda:0'"
         if self.dtype.name not in ("float32", "int64", "bool"):
             extra += f", dtype=retorch.{self.dtype.name}"

@@ -60,6 +60,7 @@ class TensorIteratorConfig:
         self.static_dtype = None  # output dtype fixed by the op (bool for comparisons)
         self.is_reduction = False
         self.check_mem_overlap = True
+        self.trace = False  # record shape and strides after each build step (for teaching)
 
     def add_output(self, t):
         self.outputs.append(t)
@@ -85,13 +86,27 @@ class TensorIterator:
         self._out_copy_back: list = []
         if config.check_mem_overlap:
             self.compute_mem_overlaps()
+        #: (step, iteration shape, byte strides per operand) after each step, when traced
+        self.steps: list = [] if config.trace else None
         self.compute_shape()
         self.compute_types(config)
-        if not self.fast_set_up():
+        self._record("compute_shape, compute_types")
+        if self.fast_set_up():
+            self._record("fast_set_up")
+        else:
             self.compute_strides()
+            self._record("compute_strides")
             self.reorder_dimensions()
+            self._record("reorder_dimensions")
             self.allocate_or_resize_outputs()
+            self._record("allocate_or_resize_outputs")
             self.coalesce_dimensions()
+            self._record("coalesce_dimensions")
+
+    def _record(self, step):
+        if self.steps is not None:
+            strides = [list(op.stride_bytes) if op.stride_bytes else None for op in self.operands]
+            self.steps.append((step, list(self.shape), strides))
 
     # -- step 0 ---------------------------------------------------------------------------
     def compute_mem_overlaps(self):
