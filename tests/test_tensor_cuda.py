@@ -152,3 +152,14 @@ def test_cuda_tensor_without_gpu_or_simulator_is_a_runtime_error():
     env = {**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "RuntimeError: Found no NVIDIA driver on your system", out.stderr
+
+
+def test_scatter_and_index_add_on_cuda():
+    rows, trows = pair(np.array([2, 0, 2]))
+    s, ts = pair(np.arange(6.0, dtype=np.float32).reshape(3, 2))
+    out = rt.zeros(3, 2, device="cuda").index_add_(0, rows, s)  # atomic adds for row 2
+    check(out, torch.zeros(3, 2).index_add_(0, trows, ts))
+    idx, tidx = pair(np.array([[1], [0]]))
+    check(
+        rt.zeros(2, 3, device="cuda").scatter(1, idx, 2.0), torch.zeros(2, 3).scatter(1, tidx, 2.0)
+    )

@@ -533,3 +533,41 @@ def test_factories_and_item():
     check(c.t().clone(), tc.t().clone())
     assert c.t().clone().stride() == tc.t().clone().stride()
     assert c.t().contiguous().stride() == tc.t().contiguous().stride()
+
+
+# ---- what the autograd formulas need (retorch/autograd/_ops.py) -----------------------------------
+def test_setitem_scatter_index_add_nll_loss():
+    rng = np.random.default_rng(9)
+    z, tz = pair(np.zeros((3, 4), np.float32))
+    src, tsrc = pair(sample((2, 2), "float32", rng))
+    z[1:, ::2] = src
+    tz[1:, ::2] = tsrc
+    check(z, tz)
+    z[0] = 5.0
+    tz[0] = 5.0
+    check(z, tz)
+    idx, tidx = pair(np.array([[1], [3], [0]]))
+    check(rt.zeros(3, 4).scatter(1, idx, 1.0), torch.zeros(3, 4).scatter(1, tidx, 1.0))
+    rows, trows = pair(np.array([2, 0, 2, 2]))  # repeated rows accumulate
+    s, ts = pair(sample((4, 3), "float64", rng))
+    out = rt.zeros(3, 3, dtype=rt.float64).index_add_(0, rows, s)
+    tout = torch.zeros(3, 3, dtype=torch.float64).index_add_(0, trows, ts)
+    check(out, tout, rtol=1e-15)
+    cols, tcols = pair(np.array([1, 1]))
+    s2, ts2 = pair(sample((3, 2), "float64", rng))
+    check(
+        rt.zeros(3, 3, dtype=rt.float64).index_add_(1, cols, s2),
+        torch.zeros(3, 3, dtype=torch.float64).index_add_(1, tcols, ts2),
+        rtol=1e-15,
+    )
+    lp, tlp = pair(sample((4, 5), "float32", rng))
+    tgt, ttgt = pair(np.array([0, 4, 2, 2]))
+    for red in ("mean", "sum", "none"):
+        check(
+            rt.nll_loss(lp, tgt, reduction=red),
+            torch.nn.functional.nll_loss(tlp, ttgt, reduction=red),
+            rtol=1e-6,
+        )
+    n, tn = pair(np.array([1.0, np.nan]))
+    check(rt.isnan(n), torch.isnan(tn))
+    assert rt.any(rt.isnan(n)).item() is True and rt.any(rt.isnan(n[:1])).item() is False

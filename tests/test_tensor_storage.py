@@ -108,3 +108,21 @@ def test_len_bool_and_iteration():
     assert [r.tolist() for r in x] == [r.tolist() for r in tx]
     assert outcome(lambda: bool(x)) == outcome(lambda: bool(tx))
     assert outcome(lambda: len(rt.tensor(1.0))) == outcome(lambda: len(torch.tensor(1.0)))
+
+
+def test_every_array_function_autograd_needs_has_a_counterpart():
+    """Each entry of retorch/autograd/_ops.py's contract exists here (the backend switch that
+    plugs them in is later work)."""
+    functions = (
+        "add sub mul div neg pow exp log tanh sigmoid relu reciprocal gt le eq where sum mean "
+        "amax max mm mv dot bmm softmax log_softmax nll_loss view reshape expand permute "
+        "transpose t unsqueeze squeeze clone index_select zeros zeros_like ones_like "
+        "scalar_tensor tensor isnan any"
+    ).split()
+    missing = [f for f in functions if not callable(getattr(rt, f, None))]
+    methods = (
+        "__getitem__ __setitem__ is_contiguous stride contiguous add_ mul_ zero_ scatter "
+        "index_add_ numel tolist type item dim"
+    ).split()
+    missing += [m for m in methods if not callable(getattr(rt.Tensor, m, None))]
+    assert missing == []

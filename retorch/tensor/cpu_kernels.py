@@ -180,6 +180,25 @@ def gather_loop(out, oo, src, so_, idx, io, shape, strides, dim_stride):
             out[po + j * s0] = src[ps + j * s1 + idx[pi + j * s2] * dim_stride]
 
 
+@njit(**_jit)
+def scatter_loop(add, out, oo, src, so_, idx, io, shape, strides, dim_stride):
+    """``out[... idx ...] = src`` (or ``+=`` when ``add``): the mirror image of
+    :func:`gather_loop`. Serial, because two indices may name the same element."""
+    ntasks, nchunks = _tasks(shape)
+    s0, s1, s2 = strides[0, 0], strides[1, 0], strides[2, 0]
+    for t in range(ntasks):
+        row, j0, j1 = _task_range(t, nchunks, shape[0])
+        po = oo + _row_start(row, shape, strides, 0)
+        ps = so_ + _row_start(row, shape, strides, 1)
+        pi = io + _row_start(row, shape, strides, 2)
+        for j in range(j0, j1):
+            k = po + j * s0 + idx[pi + j * s2] * dim_stride
+            if add:
+                out[k] += src[ps + j * s1]
+            else:
+                out[k] = src[ps + j * s1]
+
+
 # ---- reductions over the last axis of a contiguous (outer, inner) block ---------------------
 # ``fastmath={"reassoc"}`` lets LLVM reorder the additions: without it, a sum is one long
 # dependency chain (each add waits for the previous one) and cannot use vector lanes or
@@ -335,6 +354,12 @@ def where_kernel(it):
 def gather_kernel(it, dim_stride):
     (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
     _pick(gather_loop, it.numel())(out, oo, src, so, idx, io, shape, strides, dim_stride)
+
+
+@stub("scatter").register("cpu")
+def scatter_kernel(it, dim_stride, add):
+    (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
+    scatter_loop(add, out, oo, src, so, idx, io, shape, strides, dim_stride)
 
 
 @stub("sum").register("cpu")

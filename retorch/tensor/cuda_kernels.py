@@ -130,6 +130,28 @@ def gather_kernel(out, oo, src, so, idx, io, shape, strides, dim_stride, n):
         ]
 
 
+@rcuda.kernel(
+    *(
+        f"void(boolean, {t}[:], int64, {t}[:], int64, int64[:], int64, int64[:], int64[:, :], "
+        "int64, int64)"
+        for t in FLOATS
+    )
+)
+def scatter_kernel(add, out, oo, src, so, idx, io, shape, strides, dim_stride, n):
+    """The mirror of gather_kernel; adds are atomic, since two indices may name one element."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        k = (
+            oo
+            + offset_of(i, shape, strides, 0)
+            + idx[io + offset_of(i, shape, strides, 2)] * dim_stride
+        )
+        v = src[so + offset_of(i, shape, strides, 1)]
+        if add:
+            cuda.atomic.add(out, k, v)
+        else:
+            out[k] = v
+
+
 #: Shared memory slots of the reduction tree; a block has at most this many threads.
 REDUCE_THREADS = 256
 
@@ -302,6 +324,13 @@ def gather_cuda(it, dim_stride):
     check_dtype("gather", it.output(0).dtype)
     (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
     _launch(gather_kernel, it.numel(), out, oo, src, so, idx, io, shape, strides, dim_stride)
+
+
+@stub("scatter").register("cuda")
+def scatter_cuda(it, dim_stride, add):
+    check_dtype("scatter", it.operands[0].tensor.dtype)
+    (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
+    _launch(scatter_kernel, it.numel(), add, out, oo, src, so, idx, io, shape, strides, dim_stride)
 
 
 def _flat(t):

@@ -523,6 +523,81 @@ def gather(x, dim, index):
     return _gather_launch(x, dim, index.to(dtype=int64), index.shape)
 
 
+def _scatter_launch(out, dim, index, src, add):
+    """Write (or add) ``src`` into ``out`` at ``index`` along ``dim``: ``out`` is restrided
+    to the index's shape with stride 0 along ``dim``, and the index adds ``i * stride``."""
+    strides = list(out.stride())
+    dim_stride = strides[dim] if out.dim() else 0
+    if out.dim():
+        strides[dim] = 0
+    out_r = Tensor(
+        TensorImpl(out._impl.storage, out.dtype, index.shape, strides, out.storage_offset())
+    )
+    cfg = TensorIteratorConfig().add_input(out_r).add_input(src).add_input(index)
+    cfg.static_dtype = out.dtype
+    it = cfg.build()
+    stub("scatter")(it.device, it, dim_stride, add)
+    return out
+
+
+def scatter_(x, dim, index, value):
+    """``x.scatter_(dim, index, value)``: ``x[i][index[i][j]] = value`` (for dim 1)."""
+    dim = maybe_wrap_dim(dim, x.dim())
+    if index.dtype is not int64:
+        raise RuntimeError("scatter(): Expected dtype int64 for index")
+    size = x.shape[dim] if x.dim() else 1
+    lo, hi = _index_bounds(index)
+    for v in (lo, hi):
+        if index.numel() and (v < 0 or v >= size):
+            raise RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {size}")
+    src = value if isinstance(value, Tensor) else scalar_tensor(value, dtype=x.dtype)
+    src = src.to(x.device).expand(index.shape) if src.shape != index.shape else src
+    return _scatter_launch(x, dim, index, src.to(dtype=x.dtype), add=False)
+
+
+def scatter(x, dim, index, value):
+    return scatter_(clone(x), dim, index, value)
+
+
+def index_add_(x, dim, index, source, alpha=1):
+    """``x.index_add_(dim, index, source)``: ``x[..., index[j], ...] += source[..., j, ...]``;
+    repeated indices accumulate."""
+    if index.dtype.name not in ("int64", "int32") or index.dim() > 1:
+        raise RuntimeError("index_add_(): Index is supposed to be a vector")
+    dim = maybe_wrap_dim(dim, x.dim())
+    size = x.shape[dim] if x.dim() else 1
+    lo, hi = _index_bounds(index)
+    if lo < 0 or hi >= size:
+        raise IndexError("index out of range in self")
+    src = source if alpha == 1 else mul(source, alpha)
+    index = index.to(dtype=int64).reshape(index.numel())
+    shape = list(src.shape)
+    if not shape:
+        return _scatter_launch(x, 0, index.reshape(()), src.to(dtype=x.dtype), add=True)
+    idx_strides = [0] * len(shape)
+    idx_strides[dim] = index.stride(0)
+    idx_r = alias(index, shape, idx_strides)
+    return _scatter_launch(x, dim, idx_r, src.to(dtype=x.dtype), add=True)
+
+
+def isnan(x):
+    return ne(x, x)
+
+
+def any(x):  # noqa: A001
+    """``torch.any`` over every element: a 0-dim bool tensor."""
+    return gt(sum(ne(x, 0)), 0)
+
+
+def nll_loss(log_probs, target, reduction="mean"):
+    """``F.nll_loss`` for (N, C) log-probabilities and (N,) class indices, no weights:
+    ``-log_probs[i, target[i]]``, averaged (or summed, or kept)."""
+    picked = neg(gather(log_probs, 1, target.unsqueeze(1)).squeeze(1))
+    if reduction == "none":
+        return picked
+    return sum(picked) if reduction == "sum" else mean(picked)
+
+
 # ---- matmul --------------------------------------------------------------------------------------------
 def _mm_dtype_check(a, b, n1="m1", n2="m2"):
     if a.dtype is not b.dtype:

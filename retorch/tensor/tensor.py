@@ -128,6 +128,12 @@ class Tensor:
     contiguous = _shape.contiguous
     __getitem__ = _shape.getitem
 
+    def __setitem__(self, key, value):
+        """``x[key] = value``: copy ``value`` (broadcast) into the view ``x[key]``."""
+        from . import ops
+
+        ops.copy_(_shape.getitem(self, key), value)
+
     # ---- data in and out ---------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array in logical order, sharing memory (CPU only)."""
@@ -255,6 +261,11 @@ def _install_ops():
         "add_",
         "mul_",
         "zero_",
+        "scatter",
+        "scatter_",
+        "index_add_",
+        "isnan",
+        "any",
         "fill_",
     ):
         setattr(Tensor, name, method(name))
