@@ -12,6 +12,10 @@ import torch
 import retorch.tensor as rt
 from retorch.tensor import cuda_kernels
 
+# Numba's pedantic SSA check warns while compiling the inlined op switch (harmless; the
+# package silences it outside pytest, which resets warning filters per test)
+pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaIRAssumptionWarning")
+
 RTOL32 = 2e-6  # float32 transcendental math (see test_tensor_ops.RTOL)
 SUM32 = 1e-5  # float32 sums in another order
 

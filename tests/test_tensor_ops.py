@@ -17,6 +17,10 @@ from hypothesis import strategies as st
 
 import retorch.tensor as rt
 
+# Numba's pedantic SSA check warns while compiling the inlined op switch (harmless; the
+# package silences it outside pytest, which resets warning filters per test)
+pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaIRAssumptionWarning")
+
 DTYPES = ["bool", "int32", "int64", "float32", "float64"]
 #: elementwise float math (exp, log, tanh, sigmoid, pow, softmax): torch uses SLEEF vector
 #: code, retorch libm in float64 rounded once; both are within a few ulp of the exact value.

@@ -298,10 +298,6 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
     return out
 
 
-def contiguous_(x, memory_format="contiguous_format"):
-    return contiguous(x, memory_format)
-
-
 # ---- in place --------------------------------------------------------------------------------------
 def _check_inplace(x, other):
     _check_overlap(x, other)
@@ -715,3 +711,63 @@ def matmul(a, b):
     if db == 1:
         out = out.squeeze(-1)
     return out
+
+
+__all__ = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "gt",
+    "lt",
+    "ge",
+    "le",
+    "eq",
+    "ne",
+    "neg",
+    "relu",
+    "exp",
+    "log",
+    "tanh",
+    "sigmoid",
+    "reciprocal",
+    "where",
+    "copy_",
+    "clone",
+    "to",
+    "add_",
+    "mul_",
+    "fill_",
+    "zero_",
+    "sum",
+    "mean",
+    "amax",
+    "max",
+    "softmax",
+    "log_softmax",
+    "index_select",
+    "gather",
+    "scatter_",
+    "scatter",
+    "index_add_",
+    "isnan",
+    "any",
+    "nll_loss",
+    "bmm",
+    "mm",
+    "mv",
+    "dot",
+    "matmul",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "full",
+    "ones",
+    "ones_like",
+    "scalar_tensor",
+    "zeros",
+    "zeros_like",
+]

@@ -193,7 +193,7 @@ class TensorIterator:
                 if t.dtype is not out_dtype:
                     # compute in the common dtype, then copy (and cast) into the given output
                     self._out_copy_back.append((op, t))
-                    op.tensor = Tensor_like_empty(t.shape, out_dtype, t.device)
+                    op.tensor = _empty(t.shape, out_dtype, t.device)
                 continue
             if config.promote_inputs_to_common_dtype_ and t.dtype is not common:
                 op.tensor = t.to(dtype=common)
@@ -409,7 +409,7 @@ def _empty_strided(shape, strides, dtype, device):
     return empty_strided(shape, strides, dtype, device)
 
 
-def Tensor_like_empty(shape, dtype, device):  # noqa: N802
+def _empty(shape, dtype, device):
     from .tensor_factories import empty
 
     return empty(shape, dtype=dtype, device=device)
