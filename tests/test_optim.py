@@ -456,6 +456,11 @@ def test_cuda_path_launches_on_device_arrays_made_from_the_tensors(monkeypatch):
         assert type(arg) is type(_fused.as_cuda_array(tensor))
         assert arg.shape == tuple(tensor.shape)
         assert _fused.cuda_array_interface(tensor)["data"][0] == tensor.data_ptr()
+    # A torch tensor's .size is a method (what crashed on the GPU); the device array's is the
+    # element count the launch code needs.
+    tensor = torch.zeros(2, 3)
+    assert callable(tensor.size) and _fused.as_cuda_array(tensor).size == 6
+    assert _fused.as_cuda_array(tensor).shape == (2, 3)
     # The device array is the tensor's memory, not a copy: a write shows in the tensor.
     array = _fused.as_cuda_array(buffers.exp_avg)
     array[3] = 42.0
