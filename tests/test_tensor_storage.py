@@ -126,3 +126,17 @@ def test_every_array_function_autograd_needs_has_a_counterpart():
     ).split()
     missing += [m for m in methods if not callable(getattr(rt.Tensor, m, None))]
     assert missing == []
+
+
+def test_layering_no_torch_autograd_or_nn_in_retorch_tensor():
+    """retorch.tensor sits at the bottom of the stack: importing and using it loads no torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, retorch.tensor as rt\n"
+        "x = rt.arange(6.0).view(2, 3); (x + 1).sum(); x.cuda() @ x.t().cuda()\n"
+        "print(sorted(m for m in ('torch', 'retorch.autograd', 'retorch.nn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
