@@ -7,6 +7,7 @@ the same float32 operations in the same order. The fused Numba kernels round dif
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 
@@ -492,6 +493,60 @@ def test_cuda_array_interface_needs_the_simulator_for_cpu_tensors(monkeypatch):
     monkeypatch.setattr(_fused, "simulator_enabled", lambda: False)
     with pytest.raises(TypeError, match="no __cuda_array_interface__"):
         _fused.cuda_array_interface(torch.zeros(3))
+
+
+@pytest.mark.parametrize("simulated_cuda", [False, True])
+def test_fused_step_under_grad_scaler_matches_torch(monkeypatch, simulated_cuda):
+    """GradScaler hands fused optimizers grad_scale and found_inf; an overflow skips a step."""
+    if simulated_cuda:  # (the CPU kernel was compiled with CHUNK as a constant: leave it)
+        monkeypatch.setattr(_fused, "CHUNK", 64)
+    torch.manual_seed(0)
+    ours = [torch.randn(n, requires_grad=True) for n in (70, 5)]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    runs = []
+    for lib, params in ((ro, ours), (torch.optim, theirs)):
+        opt = lib.Adam(params, lr=0.01, fused=True)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
+        gen = torch.Generator().manual_seed(1)
+        for step in range(4):
+            weights = [torch.randn(p.shape, generator=gen) for p in params]
+            if step == 2:
+                weights[1][0] = float("inf")  # an overflow: the step is skipped
+            opt.zero_grad()
+            scaler.scale(sum((p * w).sum() for p, w in zip(params, weights))).backward()
+            context = _fused.simulated_cuda_path() if simulated_cuda and lib is ro else None
+            with context or contextlib.nullcontext():
+                scaler.step(opt)
+            scaler.update()
+        runs.append((opt.state_dict(), scaler.get_scale()))
+    (ours_sd, our_scale), (theirs_sd, their_scale) = runs
+    assert our_scale == their_scale
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.detach(), b.detach(), **FUSED_TOL)
+    for i in range(2):
+        assert ours_sd["state"][i]["step"].item() == theirs_sd["state"][i]["step"].item() == 3
+
+
+def test_fused_step_reads_grad_scale_and_found_inf_as_torch_does():
+    """What GradScaler.step sets on a fused optimizer, set by hand: the gradients are divided
+    by grad_scale (and left unscaled), and found_inf skips the update and the step count."""
+    results = []
+    for lib in (ro, torch.optim):
+        torch.manual_seed(0)
+        p = torch.randn(6, requires_grad=True)
+        opt = lib.Adam([p], lr=0.1, fused=True)
+        assert opt._step_supports_amp_scaling
+        p.grad = torch.randn(6) * 512
+        opt.grad_scale, opt.found_inf = torch.tensor(512.0), torch.tensor(0.0)
+        opt.step()
+        after_one, grad = p.detach().clone(), p.grad.clone()
+        opt.found_inf = torch.tensor(1.0)
+        opt.step()
+        results.append((after_one, grad, p.detach().clone(), opt.state[p]["step"].item()))
+    (a1, g1, a2, s1), (b1, h1, b2, t1) = results
+    torch.testing.assert_close(a1, b1, **FUSED_TOL)
+    torch.testing.assert_close(g1, h1, rtol=0, atol=0)
+    assert torch.equal(a2, a1) and torch.equal(b2, b1) and s1 == t1 == 1
 
 
 def test_group_tensors_by_device_and_dtype_matches_torch():

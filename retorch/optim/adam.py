@@ -81,6 +81,10 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
         if fused and foreach:
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+        if fused:
+            # GradScaler.step then hands this optimizer grad_scale and found_inf instead of
+            # unscaling the gradients itself (torch/amp/grad_scaler.py).
+            self._step_supports_amp_scaling = True
         # The fused step's CUDA path: per (group index, device), the flat buffers that the
         # group's parameters, gradients and state view (_fused.FlatAdamBuffers).
         self._flat: dict = {}
@@ -157,7 +161,12 @@ class Adam(Optimizer):
             if foreach is None and not group["fused"]:
                 foreach = _default_to_foreach(params, group["differentiable"])
             if group["fused"]:
-                impl = functools.partial(_fused_adam, flat=self._flat_by_device(group))
+                impl = functools.partial(
+                    _fused_adam,
+                    flat=self._flat_by_device(group),
+                    grad_scale=getattr(self, "grad_scale", None),  # set by GradScaler.step
+                    found_inf=getattr(self, "found_inf", None),
+                )
             elif foreach:
                 impl = _multi_tensor_adam
             else:
@@ -288,6 +297,8 @@ def _fused_adam(
     maximize,
     decoupled_weight_decay,
     flat=None,
+    grad_scale=None,
+    found_inf=None,
 ):
     if not params:
         return
@@ -301,8 +312,19 @@ def _fused_adam(
         [params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps]
     )
     for (device, _), ((d_params, d_grads, d_avgs, d_sqs, d_maxs, d_steps), _) in grouped.items():
-        if _fused.on_cuda_path(d_params[0]):
+        # GradScaler's inputs: ATen's kernels skip the update when found_inf is set, and divide
+        # each gradient by grad_scale as they read it, writing the unscaled gradient back. Here
+        # both happen around the kernel (a host read of found_inf, one foreach division).
+        if found_inf is not None and found_inf.item():
+            torch._foreach_sub_(d_steps, 1)  # the step did not happen
+            continue
+        cuda_path = _fused.on_cuda_path(d_params[0])
+        if cuda_path:
             buffers = flat[device]
+            d_grads = [buffers.view(buffers.grad, p) for p in d_params]
+        if grad_scale is not None:
+            torch._foreach_div_(d_grads, grad_scale.to(device))
+        if cuda_path:
             _fused.adam_step_cuda(buffers, [buffers.index[id(p)] for p in d_params], **options)
         else:
             steps = torch.stack(d_steps).tolist()  # CPU tensors: no device to synchronise
