@@ -485,6 +485,7 @@ def test_to_dtype_exact(src, dst):
     x, tx = pair(sample((3, 4), src, rng) * (3 if src.startswith("float") else 1))
     check(x.t().to(dtype=getattr(rt, dst)), tx.t().to(getattr(torch, dst)))
     check(x.to(getattr(rt, dst)), tx.to(getattr(torch, dst)))
+    check(x[1, 2].to(getattr(rt, dst)), tx[1, 2].to(getattr(torch, dst)))  # 0-dim: host path
 
 
 @pytest.mark.parametrize(

@@ -271,6 +271,12 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
     dtype = x.dtype if dtype is None else as_dtype(dtype)
     if device == x.device and dtype is x.dtype:
         return x
+    if device == x.device == "cpu" and x.dim() == 0:
+        # a 0-dim CPU tensor (often a Python number being promoted): convert on the host,
+        # no kernel launch (the value is cast as the copy loop would, by C rules)
+        out = empty((), dtype=dtype)
+        out.numpy()[()] = x.numpy()[()]
+        return out
     if device == x.device:
         return copy_(empty_like(x, dtype=dtype), x)
     out = empty_like(x, dtype=dtype, device=device)
