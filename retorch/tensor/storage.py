@@ -39,7 +39,7 @@ def set_cuda_allocator(fn):
 
 def _aligned_empty(nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + ALIGNMENT - 1, dtype=np.uint8)
-    start = (-raw.ctypes.data) % ALIGNMENT
+    start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
     return raw[start : start + nbytes]
 
 
@@ -118,7 +118,7 @@ class Storage:
     def data_ptr(self) -> int:
         """The address of byte 0 (``StorageImpl::data()``)."""
         if self.device == "cpu":
-            return int(self._data.ctypes.data)
+            return self._data.__array_interface__["data"][0]
         return int(_device_ptr(self._data)) if self.nbytes() else 0
 
     def typed(self, np_dtype):

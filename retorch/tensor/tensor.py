@@ -146,9 +146,11 @@ class Tensor:
         typed = impl.storage.typed(impl.dtype.np)
         if self.numel() == 0:
             return np.empty(impl.sizes, dtype=impl.dtype.np)
-        return np.lib.stride_tricks.as_strided(
-            typed[impl.storage_offset :],
-            shape=impl.sizes,
+        return np.ndarray(
+            impl.sizes,
+            impl.dtype.np,
+            buffer=typed,
+            offset=impl.storage_offset * item,
             strides=tuple(s * item for s in impl.strides),
         )
 
