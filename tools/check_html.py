@@ -126,7 +126,9 @@ def main(root: str) -> int:
                 overflows = driver.execute_script(OVERFLOWS)
                 problems += [f"{page.parent.name}/{page.name}: overflows: {o}" for o in overflows]
                 if page in labs:
-                    report.append(f"{page.parent.name}/{page.name}: Colab button, nothing overflows")
+                    report.append(
+                        f"{page.parent.name}/{page.name}: Colab button, nothing overflows"
+                    )
                     continue
                 images = driver.execute_script(IMAGES_LOADED)
                 broken = [src for src, ok in images if not ok]
