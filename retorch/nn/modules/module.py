@@ -749,7 +749,8 @@ class Module:
                 if input_param.shape != param.shape:
                     # local shape should match the one in checkpoint
                     error_msgs.append(
-                        f"size mismatch for {key}: copying a param with shape {input_param.shape} from checkpoint, "
+                        f"size mismatch for {key}: copying a param with shape "
+                        f"{input_param.shape} from checkpoint, "
                         f"the shape in current model is {param.shape}."
                     )
                     continue
