@@ -113,6 +113,16 @@ def main(root: str) -> int:
             report.append(f"home page: '{title}', {len(links)} navigation links")
             for page in chapters + labs:
                 driver.get(page.as_uri())
+                # Wait for the page itself (its article and header buttons), not just navigation.
+                WebDriverWait(driver, 30).until(
+                    lambda d: (
+                        d.execute_script("return document.readyState") == "complete"
+                        and d.find_elements(By.CSS_SELECTOR, "article")
+                        and d.find_elements(
+                            By.CSS_SELECTOR, ".bd-header-article a, .bd-header-article button"
+                        )
+                    )
+                )
                 want = colab_url(f"{page.parent.name}/{page.stem}.ipynb")
                 hrefs = [
                     a.get_attribute("href")
