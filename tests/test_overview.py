@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from fractions import Fraction
@@ -17,118 +16,16 @@ from hypothesis import strategies as st
 from retorch import cuda as rcuda
 from retorch import overview
 from retorch.overview import introspect
+from tools import torch_paths
+
+needs_torch_2_13 = pytest.mark.skipif(
+    not torch.__version__.startswith(torch_paths.TORCH_VERSION),
+    reason=f"paths are verified against the torch {torch_paths.TORCH_VERSION} wheel",
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "00_overview.md"
 LAB = ROOT / "solutions" / "00_overview_lab.md"
-
-# Paths in torch's source tree at v2.13.0 (git cf30153c4c131c8164ee7798e5022d810682e2cb, the
-# commit torch.version.git_version names in the 2.13.0 wheel), verified by hand on 2026-11-22:
-# "so": the path is a __FILE__ string inside the 2.13.0 wheel's libtorch_cpu.so or
-#       libtorch_python.so (`strings lib/libtorch_cpu.so | grep /__w/pytorch/pytorch/`),
-#       so the file was compiled from that tree;
-# "include", "py": shipped in the wheel (torch/include/..., or a torch/ Python file or folder);
-# "torchgen": shipped in the wheel's torchgen/packaged/, the copy of aten/src/ATen/templates,
-#       aten/src/ATen/native/*.yaml and tools/autograd/templates that torch's build reads;
-# "index": read in pytorch/pytorch through the course's source index (find_files/read_file);
-#       ufunc/add.h is also named by 2.13's native_functions.yaml (add.out: ufunc_inner_loop
-#       Generic: add), included by the UfuncCPUKernel.cpp template, and its generated
-#       build/aten/src/ATen/UfuncCPUKernel_add.cpp is a __FILE__ in libtorch_cpu.so.
-VERIFIED_V2_13_0 = {
-    "aten/src/ATen/autocast_mode.cpp": "so",
-    "aten/src/ATen/core/BackendSelectFallbackKernel.cpp": "so",
-    "aten/src/ATen/core/PythonFallbackKernel.cpp": "so",
-    "aten/src/ATen/core/VariableFallbackKernel.cpp": "so",
-    "aten/src/ATen/core/dispatch/DispatchKeyExtractor.h": "so",
-    "aten/src/ATen/core/dispatch/Dispatcher.cpp": "so",
-    "aten/src/ATen/core/dispatch/Dispatcher.h": "include",
-    "aten/src/ATen/cpu/vec/functional.h": "include",
-    "aten/src/ATen/native/cpu/Loops.h": "so",
-    "aten/src/ATen/native/cuda/CUDALoops.cuh": "include",
-    "aten/src/ATen/native/cuda/Loops.cuh": "include",
-    "aten/src/ATen/native/cuda/thread_constants.h": "include",
-    "aten/src/ATen/native/native_functions.yaml": "torchgen",
-    "aten/src/ATen/native/ufunc/add.h": "index",
-    "aten/src/ATen/templates/RegisterDispatchKey.cpp": "torchgen",
-    "aten/src/ATen/templates/UfuncCPUKernel.cpp": "torchgen",
-    "aten/src/ATen/templates/UfuncCUDA.cu": "torchgen",
-    "c10/core/DispatchKey.h": "include",
-    "c10/core/DispatchKeySet.h": "so",
-    "c10/core/StorageImpl.h": "so",
-    "c10/core/TensorImpl.h": "so",
-    "c10/core/impl/LocalDispatchKeySet.h": "include",
-    "tools/autograd/templates/VariableType.cpp": "torchgen",
-    "tools/autograd/templates/python_torch_functions.cpp": "torchgen",
-    "torch/_dynamo/": "py",
-    "torch/_inductor/": "py",
-    "torch/_meta_registrations.py": "py",
-    "torch/amp/": "py",
-    "torch/autograd/__init__.py": "py",
-    "torch/csrc/autograd/engine.cpp": "so",
-    "torch/csrc/autograd/function.h": "include",
-    "torch/csrc/utils/python_arg_parser.cpp": "so",
-    "torch/cuda/": "py",
-    "torch/distributed/": "py",
-    "torch/fx/": "py",
-    "torch/nn/functional.py": "py",
-    "torch/nn/modules/module.py": "py",
-    "torch/optim/adam.py": "py",
-    "torch/optim/optimizer.py": "py",
-    "torch/utils/_python_dispatch.py": "py",
-    "torch/utils/data/dataloader.py": "py",
-}
-
-# Files torch's build generates (not in the source tree), as the dispatcher prints them, with
-# the template each is generated from (itself verified above).
-GENERATED = {
-    r"build/aten/src/ATen/Register\w+_\d+\.cpp": "aten/src/ATen/templates/RegisterDispatchKey.cpp",
-    r"build/aten/src/ATen/UfuncCPUKernel_add\.cpp": "aten/src/ATen/templates/UfuncCPUKernel.cpp",
-    r"build/aten/src/ATen/UfuncCUDA_add\.cu": "aten/src/ATen/templates/UfuncCUDA.cu",
-    r"torch/csrc/autograd/generated/VariableType_\d+\.cpp": (
-        "tools/autograd/templates/VariableType.cpp"
-    ),
-    r"torch/csrc/autograd/generated/python_torch_functions_\d+\.cpp": (
-        "tools/autograd/templates/python_torch_functions.cpp"
-    ),
-}
-
-
-def _verified(path: str) -> bool:
-    if path in VERIFIED_V2_13_0:
-        return True
-    return any(
-        re.fullmatch(pattern, path) and template in VERIFIED_V2_13_0
-        for pattern, template in GENERATED.items()
-    )
-
-
-_CITED = re.compile(
-    r"(?<![\w/.])((?:build/)?(?:aten|c10|torch|tools)/[\w/.*-]*"
-    r"(?:\.(?:cpp|h|cu|cuh|py|yaml)|/))(?![\w])"
-)
-
-
-def chapter_paths() -> set[str]:
-    """Every torch path in chapter 0 and lab 0: their text, and the outputs stored with them."""
-    paths = set()
-    for md in (CHAPTER, LAB):
-        paths |= set(_CITED.findall(md.read_text()))
-        nb = json.loads(md.with_suffix(".ipynb").read_text())
-        for cell in nb["cells"]:
-            for out in cell.get("outputs", []):
-                texts = [out.get("text", "")] + list(out.get("data", {}).values())
-                for text in texts:
-                    text = "".join(text) if isinstance(text, list) else str(text)
-                    paths |= set(_CITED.findall(text))
-    return paths
-
-
-def docstring_paths() -> set[str]:
-    """Every torch path that retorch/overview's modules name (the files they mirror)."""
-    paths = set()
-    for py in (ROOT / "retorch" / "overview").glob("*.py"):
-        paths |= set(_CITED.findall(py.read_text()))
-    return paths
 
 
 def printed_paths() -> set[str]:
@@ -142,43 +39,17 @@ def printed_paths() -> set[str]:
     return {p for p in paths if not p.startswith("retorch/")}
 
 
+@needs_torch_2_13
 def test_every_path_overview_prints_is_verified_in_torch_2_13():
-    unverified = sorted(p for p in printed_paths() if not _verified(p))
-    assert not unverified, f"not in the list verified against torch v2.13.0: {unverified}"
+    unverified = sorted(p for p in printed_paths() if not torch_paths.verify(p))
+    assert not unverified, f"not in torch's tree at v2.13.0: {unverified}"
 
 
-def test_every_path_chapter_0_cites_is_verified_in_torch_2_13():
-    found = chapter_paths()
+@needs_torch_2_13
+def test_chapter_0_cites_add_h_and_every_path_it_cites_is_verified():
+    found = torch_paths.cited_paths([CHAPTER, LAB])
     assert "aten/src/ATen/native/ufunc/add.h" in found  # the regex finds the chapter's paths
-    unverified = sorted(p for p in found if not _verified(p))
-    assert not unverified, f"chapter 0 cites paths not verified at v2.13.0: {unverified}"
-
-
-def test_every_path_retorch_overview_names_is_verified_in_torch_2_13():
-    found = docstring_paths()
-    assert "build/aten/src/ATen/UfuncCPUKernel_add.cpp" in found
-    unverified = sorted(p for p in found if not _verified(p))
-    assert not unverified, f"retorch/overview names paths not verified at v2.13.0: {unverified}"
-
-
-def test_path_check_rejects_a_wrong_path():
-    # cited by the old chapter; in 2.13 add's CUDA kernel is generated from ufunc/add.h instead
-    assert not _verified("aten/src/ATen/native/cuda/BinaryAddSubKernel.cu")
-    assert not _verified("torch/csrc/autograd/generated/VariableType.cpp")
-    assert _verified("torch/csrc/autograd/generated/VariableType_2.cpp")
-
-
-def test_verified_paths_that_ship_with_the_installed_torch_are_there():
-    # Re-checks the "include" and "py" entries against the installed wheel where it is 2.13.
-    if not torch.__version__.startswith("2.13."):
-        pytest.skip(f"the list was verified against torch 2.13, this is {torch.__version__}")
-    site = Path(torch.__file__).resolve().parent.parent
-    for path, how in VERIFIED_V2_13_0.items():
-        if how == "py":
-            assert (site / path).exists(), path
-        elif how == "include":
-            inc = path.removeprefix("aten/src/")
-            assert (site / "torch" / "include" / inc).exists(), path
+    assert not torch_paths.unverified([CHAPTER, LAB])
 
 
 def test_dispatch_keys_highest_priority_first():
