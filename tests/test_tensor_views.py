@@ -282,3 +282,12 @@ def test_data_ptr_steps_like_torch():
     x, r = torch.arange(24.0).view(2, 3, 4), rt.arange(24.0).view(2, 3, 4)
     for fn in (lambda t: t[1], lambda t: t[:, 2], lambda t: t[..., 3], lambda t: t.narrow(2, 1, 2)):
         assert fn(r).data_ptr() - r.data_ptr() == fn(x).data_ptr() - x.data_ptr()
+
+
+@pytest.mark.parametrize("shape", [(-1,), (4, 6), (2, 12)])
+def test_reshape_that_copies_is_not_a_view_as_torchs(shape):
+    """torch's ``_reshape_copy`` is ``_unsafe_view(clone)``: a tensor without ``_base``."""
+    ours = rt.arange(24, dtype=rt.float64).view(2, 3, 4).transpose(0, 2).reshape(shape)
+    theirs = torch.arange(24, dtype=torch.float64).view(2, 3, 4).transpose(0, 2).reshape(shape)
+    assert (ours._base is None) == (theirs._base is None) is True
+    assert ours.stride() == theirs.stride() and ours.tolist() == theirs.tolist()

@@ -53,7 +53,13 @@ def reshape(self, *shape):
     stride = compute_stride(self._impl.sizes, self._impl.strides, shape)
     if stride is not None:
         return alias(self, shape, stride)
-    return view(contiguous(self, copy=True), shape)
+    # ``_reshape_copy``: ``at::_unsafe_view(self.clone(contiguous), shape)``, a tensor of its
+    # own (no ``_base``), not a view of the temporary copy
+    from .tensor import Tensor
+    from .tensor_impl import contiguous_strides
+
+    copy = contiguous(self, copy=True)._impl
+    return Tensor(TensorImpl(copy.storage, copy.dtype, shape, contiguous_strides(shape), 0))
 
 
 def transpose(self, dim0, dim1):
