@@ -4,11 +4,13 @@
 backward formulas are one table (derivatives.py); ``backward`` and ``grad`` run the engine
 (engine.py). In-place ops on views rewrite their base's history (copy_slices.py); forward-mode
 AD propagates tangents op by op with a second formula table (forward_ad.py). All arithmetic
-goes through the op interface in ``_ops.py``.
+goes through the op interface in ``_ops.py``; ``set_array_backend("retorch")`` (backend.py)
+swaps torch's arrays underneath for chapter 4's ``retorch.tensor``.
 """
 
 from . import _ops, forward_ad, graph
 from .anomaly_mode import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
+from .backend import array_backend, count_aten_calls, get_array_backend, set_array_backend
 from .engine import backward, grad
 from .function import Function, FunctionCtx
 from .grad_mode import (
@@ -33,12 +35,15 @@ __all__ = [
     "SavedVariable",
     "Tensor",
     "_ops",
+    "array_backend",
     "backward",
     "backward_order",
+    "count_aten_calls",
     "cross_entropy",
     "detect_anomaly",
     "enable_grad",
     "forward_ad",
+    "get_array_backend",
     "grad",
     "gradcheck",
     "inference_mode",
@@ -50,6 +55,7 @@ __all__ = [
     "make_dot",
     "no_grad",
     "saved_tensors_hooks",
+    "set_array_backend",
     "set_detect_anomaly",
     "set_grad_enabled",
     "tensor",

@@ -3,8 +3,9 @@
 Nothing else in ``retorch.autograd`` touches the array type. ``Tensor`` (tensor.py), the
 derivative formulas (derivatives.py), the engine and gradcheck compute through these
 functions only, so a later chapter can swap the array type underneath: reimplement this module
-over the rebuilt strided tensor and the engine runs unchanged. Today ``Array`` is
-``torch.Tensor`` and most entries are torch's own functions.
+over the rebuilt strided tensor and the engine runs unchanged. By default ``Array`` is
+``torch.Tensor`` and most entries are torch's own functions; ``set_array_backend("retorch")``
+(backend.py) rebinds every name below to ``_ops_retorch.py``'s, over ``retorch.tensor.Tensor``.
 
 The contract, for arrays ``x`` (every function takes and returns raw arrays, never autograd
 Tensors; "like" arrays only give the dtype and device of a new one):

@@ -824,7 +824,9 @@ def _shape_args(shape) -> tuple[int, ...]:
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
-    """``retorch.autograd.tensor(data, requires_grad=False)``: a leaf wrapping a torch tensor."""
+    """``retorch.autograd.tensor(data, requires_grad=False)``: a leaf wrapping an array of the
+    current backend (a torch tensor; a ``retorch.tensor.Tensor`` after
+    ``set_array_backend("retorch")``)."""
     out = Tensor(_ops.as_array(data, dtype), requires_grad=requires_grad)
     if grad_mode._inference_enabled:  # made in inference mode: an inference tensor
         out._version_counter = grad_mode.INFERENCE_VERSION

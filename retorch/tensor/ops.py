@@ -175,6 +175,29 @@ def ne(input, other, out=None):
     return _compare("ne", input, other, out)
 
 
+def logical_and(input, other):
+    """``torch.logical_and``: a bool tensor, true where both are nonzero (``a != 0`` times
+    ``b != 0``: a product of bools is their and)."""
+    return mul(ne(input, 0), ne(other, 0))
+
+
+def bitwise_and(input, other):
+    """``&`` on bool tensors (``torch.bitwise_and``), where it is a logical and; retorch.tensor
+    has no integer bitwise kernels."""
+    a, b = _as_tensor(input), _as_tensor(other)
+    from .type_promotion import result_type
+
+    dt = result_type(a, b)
+    if dt.is_floating_point:
+        raise NotImplementedError(f"\"bitwise_and_cpu\" not implemented for '{dt.scalar_name}'")
+    if dt is not bool_:
+        raise NotImplementedError(
+            f"retorch.tensor computes & on bool tensors only, got {dt.scalar_name}: compare "
+            "first (x != 0) or use logical_and"
+        )
+    return logical_and(a, b)
+
+
 def _any(t: Tensor) -> bool:
     return bool(t.cpu().numpy().any())
 
@@ -733,6 +756,8 @@ __all__ = [
     "le",
     "eq",
     "ne",
+    "logical_and",
+    "bitwise_and",
     "neg",
     "relu",
     "exp",

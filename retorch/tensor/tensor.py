@@ -269,6 +269,8 @@ def _install_ops():
         "isnan",
         "any",
         "fill_",
+        "logical_and",
+        "bitwise_and",
     ):
         setattr(Tensor, name, method(name))
     pairs = {
@@ -293,6 +295,8 @@ def _install_ops():
     ):
         fn = getattr(ops, name)
         setattr(Tensor, f"__{dunder}__", lambda self, other, fn=fn: fn(self, other))
+    Tensor.__and__ = lambda self, other: ops.bitwise_and(self, other)
+    Tensor.__rand__ = lambda self, other: ops.bitwise_and(other, self)
     Tensor.__neg__ = lambda self: ops.neg(self)
     Tensor.__iadd__ = lambda self, other: ops.add_(self, other)
     Tensor.__imul__ = lambda self, other: ops.mul_(self, other)
