@@ -1,0 +1,238 @@
+"""retorch.dynamo against torch._dynamo: graphs, breaks, ops, guards, recompiles, results."""
+
+import contextlib
+import io
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+from hypothesis import given
+from hypothesis import strategies as st
+
+import retorch.dynamo as rd
+from retorch.dynamo.resume_execution import make_resume_function
+from tests import test_dynamo_corpus as corpus
+
+
+def torch_kind(reason: str) -> str:
+    """The kind of one of torch's break reasons, in the rebuild's words."""
+    if reason.startswith("Failed to trace builtin operator"):
+        return "builtin"
+    if reason.startswith("generic_jump"):
+        return "jump"
+    return "call"
+
+
+@pytest.fixture(scope="module")
+def torch_explains():
+    out = {}
+    for name, (fn, agrees, _) in corpus.CORPUS.items():
+        if agrees:
+            torch._dynamo.reset()
+            out[name] = torch._dynamo.explain(fn)(*corpus.args_4x4(0))
+    torch._dynamo.reset()
+    return out
+
+
+def test_corpus_size():
+    assert len(corpus.CORPUS) >= 10
+
+
+@pytest.mark.parametrize("name", [n for n, v in corpus.CORPUS.items() if v[1]])
+def test_explain_agrees_with_torch(name, torch_explains, capsys):
+    fn = corpus.CORPUS[name][0]
+    ours, theirs = rd.explain(fn)(*corpus.args_4x4(0)), torch_explains[name]
+    assert ours.graph_count == theirs.graph_count
+    assert ours.graph_break_count == theirs.graph_break_count
+    assert [r.kind for r in ours.break_reasons] == [
+        torch_kind(r.reason) for r in theirs.break_reasons
+    ]
+    assert ours.ops_per_graph == theirs.ops_per_graph  # the very same call_function targets
+
+
+@pytest.mark.parametrize("name", [n for n, v in corpus.CORPUS.items() if not v[1]])
+def test_known_divergences_break_instead(name, capsys):
+    """Where torch captures a `with` block or an f-string, the rebuild breaks and says why."""
+    fn, _, kinds = corpus.CORPUS[name]
+    e = rd.explain(fn)(*corpus.args_4x4(0))
+    assert [b.kind for b in e.all_breaks] == kinds
+    opcode_break = next(b for b in e.all_breaks if b.kind == "opcode")
+    assert opcode_break.opname in opcode_break.reason  # the reason names the opcode
+
+
+@given(seed=st.integers(0, 2**31 - 1))
+def test_captured_functions_equal_eager(seed):
+    args = corpus.args_4x4(seed)
+    for name, (fn, _, _) in corpus.CORPUS.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            got, want = _compiled(name)(*args), fn(*args)
+        got, want = torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)
+        assert len(got) == len(want), name
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), name
+
+
+_COMPILED = {}
+
+
+def _compiled(name):
+    if name not in _COMPILED:
+        _COMPILED[name] = rd.optimize("eager")(corpus.CORPUS[name][0])
+    return _COMPILED[name]
+
+
+def test_data_dependent_branch_takes_both_ways():
+    opt = rd.optimize()(corpus.branch)
+    pos, neg = torch.ones(3, 3), -torch.ones(3, 3)
+    for x in (pos, neg, pos, neg):
+        assert torch.equal(opt(x, x), corpus.branch(x, x))
+    targets = {off for _, cf in opt.cache for off in cf.resume}
+    assert len(targets) == 2  # a resume function per branch target
+
+
+def _frame_counts(compile_fn, make_cnt, fn, calls):
+    counts = []
+    cnt = make_cnt()
+    opt = compile_fn(fn, cnt)
+    for call in calls:
+        call(opt)
+        counts.append(cnt.frame_count)
+    return counts
+
+
+GUARD_CASES = {
+    "dtype": [lambda f: f(torch.ones(4), torch.ones(4)),
+              lambda f: f(torch.ones(4, dtype=torch.float64), torch.ones(4)),
+              lambda f: f(torch.ones(4, dtype=torch.float64), torch.ones(4))],
+    "shape": [lambda f: f(torch.ones(4), torch.ones(4)),
+              lambda f: f(torch.ones(5), torch.ones(5)),
+              lambda f: f(torch.ones(5), torch.ones(5))],
+    "global": [lambda f: f(torch.ones(4), torch.ones(4)),
+               lambda f: (setattr(corpus, "SCALE", 3.5), f(torch.ones(4), torch.ones(4))),
+               lambda f: f(torch.ones(4), torch.ones(4))],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(GUARD_CASES))
+def test_guard_failure_recompiles_once_like_torch(case, monkeypatch):
+    calls = GUARD_CASES[case]
+    monkeypatch.setattr(corpus, "SCALE", 2.5)
+    ours = _frame_counts(lambda f, c: rd.optimize(c)(f), rd.CompileCounter,
+                         corpus.global_constant, calls)  # fmt: skip
+    monkeypatch.setattr(corpus, "SCALE", 2.5)
+    torch._dynamo.reset()
+    theirs = _frame_counts(lambda f, c: torch.compile(f, backend=c, dynamic=False),
+                           torch._dynamo.testing.CompileCounter, corpus.global_constant, calls)  # fmt: skip
+    torch._dynamo.reset()
+    assert ours == theirs == [1, 2, 2]
+
+
+def test_changed_global_gives_the_new_result(monkeypatch):
+    monkeypatch.setattr(corpus, "SCALE", 2.5)
+    opt, x = rd.optimize()(corpus.global_constant), torch.ones(2)
+    assert torch.equal(opt(x, x), x * 2.5 + x)
+    monkeypatch.setattr(corpus, "SCALE", -1.0)
+    assert torch.equal(opt(x, x), x * -1.0 + x)
+    assert "CONSTANT_MATCH: G['SCALE'] == 2.5" in opt.ctx.recompiles[0]
+
+
+def test_guards_print_and_match_torchs_sources(torch_explains):
+    ours = rd.explain(corpus.global_constant)(*corpus.args_4x4(0))
+    text = [str(g) for g in ours.out_guards]
+    assert (
+        "TENSOR_MATCH: L['x'] Tensor float32 cpu (4, 4) stride=(4, 1) requires_grad=False" in text
+    )
+    assert "CONSTANT_MATCH: G['SCALE'] == 2.5" in text
+    theirs = torch_explains["global_constant"]
+    pairs = {(g.name, g.create_fn_name()) for g in theirs.out_guards if g.name}
+    assert {("L['x']", "TENSOR_MATCH"), ("L['y']", "TENSOR_MATCH"),
+            ("G['SCALE']", "CONSTANT_MATCH")} <= pairs  # fmt: skip
+    assert {(g.name, g.kind) for g in ours.out_guards if g.name} == {
+        ("L['x']", "TENSOR_MATCH"), ("L['y']", "TENSOR_MATCH"), ("G['SCALE']", "CONSTANT_MATCH")}  # fmt: skip
+    module = rd.explain(corpus.module_forward)(*corpus.args_4x4(0))
+    assert "ID_MATCH" in {g.kind for g in module.out_guards if g.name == "G['mlp']"}
+
+
+def uses_a_dict(x):
+    y = x + 1
+    d = {"k": y}
+    return d["k"] * 2
+
+
+def uses_try(x):
+    y = x.cos()
+    try:
+        y = y / 0
+    except ZeroDivisionError:
+        y = y - 1
+    return y
+
+
+@pytest.mark.parametrize("fn, opname", [(uses_a_dict, "BUILD_MAP"), (uses_try, None)])
+def test_opcode_outside_subset_breaks_and_stays_right(fn, opname):
+    x = torch.randn(3)
+    e = rd.explain(fn)(x)
+    assert e.graph_count == 1 and len(e.all_breaks) == 1
+    brk = e.all_breaks[0]
+    assert brk.kind == "opcode"
+    if opname:
+        assert brk.opname == opname and f"opcode {opname} is outside" in brk.reason
+    else:
+        assert "try" in brk.reason
+    assert torch.equal(rd.optimize()(fn)(x), fn(x))
+
+
+def print_in_loop(x, n):
+    acc = []
+    for i in range(n):
+        x = x * 2 + i
+        print(i)
+        acc.append(x.sum())
+    return x, acc
+
+
+def test_break_inside_a_loop_resumes_with_the_iterator(capsys):
+    x = torch.randn(3)
+    got, want = rd.optimize()(print_in_loop)(x, 3), print_in_loop(x, 3)
+    assert torch.equal(got[0], want[0]) and all(map(torch.equal, got[1], want[1]))
+    assert capsys.readouterr().out == "0\n1\n2\n" * 2
+
+
+def appends_then_breaks(acc, x):
+    acc.append(1)
+    print("break")
+    return x + len(acc)
+
+
+def test_side_effect_on_an_input_list_happens_once(capsys):
+    acc = []
+    rd.optimize()(appends_then_breaks)(acc, torch.zeros(1))
+    assert acc == [1]
+
+
+def test_resume_function_runs_the_rest_of_the_frame():
+    def f(a, b):
+        c = a + b
+        return c * 10 + len([a, b])
+
+    import dis
+
+    call = next(i for i in dis.get_instructions(f) if i.opname == "BINARY_OP" and i.argrepr == "*")
+    resume = make_resume_function(f, call.offset, [], 2)  # the stack holds c and 10
+    assert resume.__name__ == f"__resume_at_{call.offset}"
+    assert resume(1, 2, None, 3, 10) == 32
+
+
+def test_misuse_raises_clear_errors():
+    with pytest.raises(ValueError, match="unknown backend"):
+        rd.optimize("inductorr")(corpus.straight)
+    with pytest.raises(TypeError, match="backend must be"):
+        rd.optimize(3)(corpus.straight)
+    with pytest.raises(TypeError, match="Python function"):
+        rd.optimize()(len)
+    with pytest.raises(NotImplementedError, match="dynamic=False"):
+        rd.compile(corpus.straight, dynamic=True)
+
+
+def test_running_python_is_supported():
+    assert sys.version_info[:2] in ((3, 11), (3, 12))
