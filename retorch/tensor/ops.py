@@ -17,6 +17,7 @@ import numpy as np
 
 from . import cpu_kernels as _cpu  # noqa: F401  (registers the CPU kernels)
 from . import cuda_kernels as _cuda  # noqa: F401  (registers the CUDA kernels)
+from . import meta as _meta
 from . import scalar_ops as S
 from .dispatch_stub import stub
 from .dtype import as_dtype, bool_, int64
@@ -39,6 +40,11 @@ from .tensor_shape import alias, contiguous
 from .wrap_dim_utils import dim_list_to_bitset, maybe_wrap_dim
 
 _py_max, _py_sum = builtins.max, builtins.sum
+_meta.register_meta_kernels()  # on "meta" every stub's kernel does nothing: shapes only
+
+
+def _is_meta(*tensors) -> bool:
+    return _py_sum(isinstance(t, Tensor) and t.device == "meta" for t in tensors) > 0
 
 
 def _as_tensor(x):
@@ -48,6 +54,8 @@ def _as_tensor(x):
 # ---- elementwise binary -----------------------------------------------------------------------
 def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     a, b = _as_tensor(self), _as_tensor(other)
+    if _is_meta(a, b):
+        _meta.broadcast_shapes(a.shape, b.shape)
     if out is not None:
         _check_overlap(out, a, b)
         resize_output(out, infer_size(a.shape, b.shape))
@@ -62,6 +70,8 @@ def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
         op, alpha = S.ADD_ALPHA, (alpha if name == "add" else -alpha)
     stub("binary")(it.device, it, op, alpha)
     it.finish()
+    if it.device == "meta" and out is None:
+        return _meta.restride_output(it.output(), a, b)
     return it.output()
 
 
@@ -112,7 +122,7 @@ def pow(input, exponent, out=None):  # noqa: A001
     a, b = _as_tensor(input), _as_tensor(exponent)
     from .type_promotion import result_type
 
-    if not result_type(a, b).is_floating_point and _any(lt(b, 0)):
+    if not result_type(a, b).is_floating_point and not _is_meta(b) and _any(lt(b, 0)):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     return _binary("pow", a, b, out)
 
@@ -139,6 +149,8 @@ def minimum(input, other, out=None):
 
 def _compare(name, self, other, out=None):
     a, b = _as_tensor(self), _as_tensor(other)
+    if _is_meta(a, b):
+        _meta.broadcast_shapes(a.shape, b.shape)
     if out is not None:
         _check_overlap(out, a, b)
         resize_output(out, infer_size(a.shape, b.shape))
@@ -148,6 +160,8 @@ def _compare(name, self, other, out=None):
     it = cfg.build()
     stub("compare")(it.device, it, S.COMPARE[name])
     it.finish()
+    if it.device == "meta" and out is None:
+        return _meta.restride_output(it.output(), a, b)
     return it.output()
 
 
@@ -178,7 +192,8 @@ def ne(input, other, out=None):
 def logical_and(input, other):
     """``torch.logical_and``: a bool tensor, true where both are nonzero (``a != 0`` times
     ``b != 0``: a product of bools is their and)."""
-    return mul(ne(input, 0), ne(other, 0))
+    out = mul(ne(input, 0), ne(other, 0))
+    return _meta.restride_output(out, input, other) if out.device == "meta" else out
 
 
 def bitwise_and(input, other):
@@ -195,7 +210,8 @@ def bitwise_and(input, other):
             f"retorch.tensor computes & on bool tensors only, got {dt.scalar_name}: compare "
             "first (x != 0) or use logical_and"
         )
-    return logical_and(a, b)
+    out = logical_and(a, b)
+    return _meta.restride_output(out, a, b) if out.device == "meta" else out
 
 
 def _any(t: Tensor) -> bool:
@@ -254,6 +270,8 @@ def where(condition, input, other):
             "where expected condition to be a boolean tensor, but got a tensor with dtype "
             f"{c.dtype.scalar_name}"
         )
+    if _is_meta(c, a, b):
+        _meta.broadcast_shapes(c.shape, a.shape, b.shape)
     from .type_promotion import result_type
 
     dt = result_type(a, b)
@@ -262,6 +280,8 @@ def where(condition, input, other):
     cfg.static_dtype = dt
     it = cfg.build()
     stub("where")(it.device, it)
+    if it.device == "meta":
+        return _meta.restride_output(it.output(), c, a, b)
     return it.output()
 
 
@@ -269,6 +289,10 @@ def where(condition, input, other):
 def copy_(dst: Tensor, src) -> Tensor:
     """``dst.copy_(src)``: ``src`` broadcast to ``dst``'s shape, converted to its dtype."""
     src = _as_tensor(src)
+    if src.device == "meta" and dst.device != "meta":
+        raise NotImplementedError(_meta.NO_DATA)
+    if dst.device == "meta" and src.device != "meta":
+        src = to(src, "meta")
     if src.device != dst.device and src.dim() > 0:
         src = to(src, dst.device)
     src = src.expand(dst.shape) if src.shape != dst.shape else src
@@ -294,6 +318,10 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
     dtype = x.dtype if dtype is None else as_dtype(dtype)
     if device == x.device and dtype is x.dtype:
         return x
+    if device == "meta":  # the layout without the values (as torch's x.to("meta"))
+        return empty_like(x, dtype=dtype, device="meta")
+    if x.device == "meta":
+        raise NotImplementedError(_meta.NO_DATA)
     if device == x.device == "cpu" and x.dim() == 0:
         # a 0-dim CPU tensor (often a Python number being promoted): convert on the host,
         # no kernel launch (the value is cast as the copy loop would, by C rules)
@@ -329,6 +357,8 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
 
 # ---- in place --------------------------------------------------------------------------------------
 def _check_inplace(x, other):
+    if _is_meta(x, other):
+        return _meta.check_inplace_broadcast(x.shape, _as_tensor(other).shape)
     _check_overlap(x, other)
     shape = infer_size(x.shape, _as_tensor(other).shape)
     if shape != x.shape:
@@ -392,7 +422,11 @@ def _zero_numel_check_dims(x, dim, name):
 def _reduce_layout(x, dim, keepdim, name):
     """(x with reduced dims moved last and made contiguous, outer, inner, output shape)."""
     n = x.dim()
-    if name in ("amax", "max") and x.numel() == 0:
+    if name in ("amax", "max") and x.numel() == 0 and x.device == "meta" and dim is not None:
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        wrapped = [maybe_wrap_dim(d, n) for d in dims] if dims else list(range(n))
+        _meta.check_reduction_dims(x, wrapped)
+    elif name in ("amax", "max") and x.numel() == 0:
         _zero_numel_check_dims(x, dim, name)
     if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         reduced = [True] * _py_max(n, 1)
@@ -433,7 +467,8 @@ def mean(x, dim=None, keepdim=False):
     if not x.dtype.is_floating_point:
         raise RuntimeError(
             "mean(): could not infer output dtype. Input dtype must be either a floating point "
-            f"or complex dtype. Got: {x.dtype.scalar_name}"
+            "or complex dtype. Got: "
+            + (f"torch.{x.dtype.name}" if x.device == "meta" else x.dtype.scalar_name)
         )
     _, _, inner, _ = _reduce_layout(x, dim, keepdim, "mean")
     return div(sum(x, dim, keepdim), inner)  # sum, then divide: ATen's mean_out does the same
@@ -472,6 +507,9 @@ def softmax(x, dim):
     overflowing and leaves the result unchanged (``aten/src/ATen/native/cpu/SoftMaxKernel.cpp``)."""
     _check_float(x, "softmax")
     dim = maybe_wrap_dim(dim, x.dim())
+    if x.device == "meta":  # softmax's meta function: a row-major output of x's size
+        return empty(x.shape, dtype=x.dtype, device="meta")
+    x = contiguous(x)  # the output is row-major whatever the input's layout, as torch's
     e = exp(sub(x, amax(x, dim, keepdim=True)))
     return div(e, sum(e, dim, keepdim=True))
 
@@ -480,6 +518,9 @@ def log_softmax(x, dim):
     """``x - max - log(sum(exp(x - max)))`` along ``dim``."""
     _check_float(x, "log_softmax")
     dim = maybe_wrap_dim(dim, x.dim())
+    if x.device == "meta":
+        return empty(x.shape, dtype=x.dtype, device="meta")
+    x = contiguous(x)
     shifted = sub(x, amax(x, dim, keepdim=True))
     return sub(shifted, log(sum(exp(shifted), dim, keepdim=True)))
 
@@ -502,6 +543,9 @@ def _gather_launch(src, dim, index, out_shape):
 
 
 def _index_bounds(index):
+    """(smallest, largest) index; on meta there are no values to check: (0, -1)."""
+    if index.device == "meta":
+        return 0, -1
     v = index.cpu().numpy()
     return (int(v.min()), int(v.max())) if v.size else (0, -1)
 
@@ -542,7 +586,7 @@ def gather(x, dim, index):
             )
     size = x.shape[dim] if x.dim() else 1
     lo, hi = _index_bounds(index)
-    for v in (lo, hi):
+    for v in (lo, hi) if lo <= hi else ():
         if index.numel() and (v < 0 or v >= size):
             raise RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {size}")
     return _gather_launch(x, dim, index.to(dtype=int64), index.shape)
@@ -572,7 +616,7 @@ def scatter_(x, dim, index, value):
         raise RuntimeError("scatter(): Expected dtype int64 for index")
     size = x.shape[dim] if x.dim() else 1
     lo, hi = _index_bounds(index)
-    for v in (lo, hi):
+    for v in (lo, hi) if lo <= hi else ():
         if index.numel() and (v < 0 or v >= size):
             raise RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {size}")
     src = value if isinstance(value, Tensor) else scalar_tensor(value, dtype=x.dtype)
@@ -662,6 +706,8 @@ def bmm(a, b):
 
 
 def mm(a, b):
+    if _is_meta(a, b):
+        _meta.check_mm(a, b)
     if a.dim() != 2:
         raise RuntimeError("self must be a matrix")
     if b.dim() != 2:
@@ -675,6 +721,8 @@ def mm(a, b):
 
 
 def mv(a, v):
+    if _is_meta(a, v):
+        _meta.check_mv(a, v)
     if a.dim() != 2 or v.dim() != 1:
         raise RuntimeError(f"vector + matrix @ vector expected, got 1, {a.dim()}, {v.dim()}")
     if a.shape[1] != v.shape[0]:
@@ -686,6 +734,8 @@ def mv(a, v):
 
 
 def dot(a, b):
+    if _is_meta(a, b):
+        _meta.check_dot(a, b)
     if a.dim() != 1 or b.dim() != 1:
         raise RuntimeError(f"1D tensors expected, but got {a.dim()}D and {b.dim()}D tensors")
     if a.numel() != b.numel():
@@ -698,9 +748,27 @@ def dot(a, b):
     return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape(())
 
 
+def _should_fold(a, b) -> bool:
+    """``should_fold`` (LinearAlgebra.cpp) for tensors without grad: fold the batch of the
+    >=3-d operand into mm/mv rows when the other is 1- or 2-d and the folding needs no copy
+    (a 2-d ``a`` with a batched ``b`` would need the transposed result copied: no fold)."""
+    transpose = b.dim() > a.dim()
+    t1 = b.transpose(-2, -1) if transpose and b.dim() >= 2 else (b if transpose else a)
+    small = a if transpose else b
+    if not (t1.dim() >= 3 and small.dim() <= 2):
+        return False
+    if a.dim() == 2:
+        return False
+    if t1.numel() == 0:
+        return True
+    st, sz = t1.stride(), t1.shape
+    return all(st[i] == st[i + 1] * sz[i + 1] for i in range(t1.dim() - 2))
+
+
 def matmul(a, b):
     """``at::matmul`` (LinearAlgebra.cpp): dot, mv, mm, or a batched mm over broadcast batch
-    dims; a >=3-d ``a`` with a 1- or 2-d ``b`` is folded into one mm."""
+    dims; a >=3-d operand with a 1- or 2-d other is folded into one mm or mv when
+    :func:`_should_fold` says so."""
     da, db = a.dim(), b.dim()
     if da == 0 or db == 0:
         raise RuntimeError(
@@ -714,12 +782,14 @@ def matmul(a, b):
         return mm(a.unsqueeze(0), b).squeeze(0)
     if da == 2 and db == 2:
         return mm(a, b)
-    if da >= 3 and db <= 2:
-        folded = a.reshape(-1, a.shape[-1])
-        bb = b.unsqueeze(1) if db == 1 else b
-        out = mm(folded, bb)
-        shape = a.shape[:-1] + ((bb.shape[1],) if db == 2 else ())
-        return out.view(shape)
+    if _should_fold(a, b):
+        transpose = db > da  # 1-d @ batched: fold b^T, then one mv
+        t1, t2 = (b.transpose(-2, -1), a) if transpose else (a, b)
+        shape = t1.shape[:-1]
+        folded = t1.reshape(int(np.prod(shape)), t1.shape[-1])
+        if t2.dim() == 1:
+            return mv(folded, t2).view(shape)
+        return mm(folded, t2).view(shape + (t2.shape[1],))
     # batched: broadcast the batch dims, then one bmm
     a2 = a.unsqueeze(0) if da == 1 else a
     b2 = b.unsqueeze(-1) if db == 1 else b

@@ -80,10 +80,11 @@ class Storage:
     (borrowed NumPy memory, not resizable, as ``torch.from_numpy``'s storage).
     """
 
-    __slots__ = ("_data", "device", "resizable", "_owner", "_typed", "__weakref__")
+    __slots__ = ("_data", "device", "resizable", "_owner", "_typed", "_meta_nbytes", "__weakref__")
 
-    def __init__(self, data, device: str, resizable: bool, owner=None):
+    def __init__(self, data, device: str, resizable: bool, owner=None, meta_nbytes: int = 0):
         self._data = data
+        self._meta_nbytes = meta_nbytes  # the size of a meta storage, which has no data
         self.device = device
         self.resizable = resizable
         self._owner = owner  # keeps borrowed memory alive, as DataPtr's deleter context does
@@ -95,9 +96,11 @@ class Storage:
             data = _aligned_empty(nbytes)
         elif device == "cuda":
             data = _cuda_empty(nbytes)
+        elif device == "meta":
+            return cls(None, "meta", resizable=True, meta_nbytes=nbytes)
         else:
             raise RuntimeError(
-                f"Expected one of cpu, cuda device type at start of device string: {device}"
+                f"Expected one of cpu, cuda, meta device type at start of device string: {device}"
             )
         s = cls(data, device, resizable=True)
         align = ALIGNMENT if device == "cpu" else CUDA_ALIGNMENT
@@ -113,16 +116,22 @@ class Storage:
         return cls(data, "cpu", resizable=False, owner=arr)
 
     def nbytes(self) -> int:
+        if self._data is None:
+            return self._meta_nbytes
         return int(self._data.shape[0])
 
     def data_ptr(self) -> int:
-        """The address of byte 0 (``StorageImpl::data()``)."""
+        """The address of byte 0 (``StorageImpl::data()``); 0 on meta (a null pointer)."""
+        if self._data is None:
+            return 0
         if self.device == "cpu":
             return self._data.__array_interface__["data"][0]
         return int(_device_ptr(self._data)) if self.nbytes() else 0
 
     def typed(self, np_dtype):
         """The bytes seen as a 1-D array of ``np_dtype`` (cached): what kernels index into."""
+        if self._data is None:
+            raise NotImplementedError("Cannot copy out of meta tensor; no data!")
         key = np.dtype(np_dtype)
         arr = self._typed.get(key)
         if arr is None:
@@ -135,6 +144,9 @@ class Storage:
         """Grow or shrink in place, keeping the first bytes (``StorageImpl::set_nbytes``)."""
         if not self.resizable:
             raise RuntimeError("Trying to resize storage that is not resizable")
+        if self._data is None:  # meta: only the size changes
+            self._meta_nbytes = nbytes
+            return self
         old = self._data
         new = Storage.allocate(nbytes, self.device)._data
         keep = min(nbytes, self.nbytes())

@@ -24,11 +24,12 @@ _TYPE_NAMES = {
 
 
 def normalize_device(device) -> str:
-    """``"cpu"``, ``"cuda"``, ``"cuda:0"`` or a torch.device, as ``"cpu"`` or ``"cuda"``."""
+    """``"cpu"``, ``"cuda"``, ``"cuda:0"``, ``"meta"`` or a torch.device, as ``"cpu"``,
+    ``"cuda"`` or ``"meta"``."""
     name = str(device).split(":")[0]
-    if name not in ("cpu", "cuda"):
+    if name not in ("cpu", "cuda", "meta"):
         raise RuntimeError(
-            f"Expected one of cpu, cuda device type at start of device string: {device}"
+            f"Expected one of cpu, cuda, meta device type at start of device string: {device}"
         )
     return name
 
@@ -60,6 +61,11 @@ class Tensor:
     @property
     def is_cuda(self) -> bool:
         return self.device == "cuda"
+
+    @property
+    def is_meta(self) -> bool:
+        """Sizes, strides and dtype only: no data (``meta.py``)."""
+        return self.device == "meta"
 
     @property
     def ndim(self) -> int:
@@ -107,7 +113,7 @@ class Tensor:
 
     def type(self) -> str:
         """The legacy type name torch's messages print, e.g. ``torch.FloatTensor``."""
-        prefix = "torch.cuda." if self.is_cuda else "torch."
+        prefix = {"cuda": "torch.cuda.", "meta": "torch.meta."}.get(self.device, "torch.")
         return prefix + _TYPE_NAMES[self.dtype.name] + "Tensor"
 
     # ---- views (TensorShape.cpp) -------------------------------------------------------
@@ -138,9 +144,10 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array in logical order, sharing memory (CPU only)."""
         if self.device != "cpu":
+            device = "cuda:0" if self.device == "cuda" else self.device
             raise TypeError(
-                "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
-                "tensor to host memory first."
+                f"can't convert {device} device type tensor to numpy. Use Tensor.cpu() to copy "
+                "the tensor to host memory first."
             )
         impl, item = self._impl, self.element_size()
         typed = impl.storage.typed(impl.dtype.np)
@@ -158,6 +165,8 @@ class Tensor:
         n = self.numel()
         if n != 1:
             raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        if self.device == "meta":
+            raise RuntimeError("Tensor.item() cannot be called on meta tensors")
         return self.cpu().numpy().reshape(()).item()
 
     def tolist(self):
@@ -185,6 +194,9 @@ class Tensor:
         return self.to("cuda")
 
     def __repr__(self):
+        if self.device == "meta":  # torch's repr of a meta tensor: no values to show
+            extra = "" if self.dtype.name == "float32" else f", dtype=retorch.{self.dtype.name}"
+            return f"tensor(..., device='meta', size={tuple(self.shape)}{extra})"
         body = np.array2string(self.cpu().numpy(), separator=", ", precision=4, prefix="tensor(")
         extra = "" if self.device == "cpu" else ", device='cuda:0'"
         if self.dtype.name not in ("float32", "int64", "bool"):

@@ -52,7 +52,7 @@ def _filled(size, value, dtype, device) -> Tensor:
     host = np.full(t.numel(), value, dtype=t.dtype.np)
     if t.device == "cpu":
         t._impl.storage.typed(t.dtype.np)[: t.numel()] = host
-    elif t.numel():
+    elif t.device == "cuda" and t.numel():  # (a meta tensor has no values to fill)
         t._impl.storage._data[: host.nbytes].copy_to_device(host.view(np.uint8))
     return t
 

@@ -163,6 +163,10 @@ class TensorIterator:
                 continue
             if not op.is_output and t.dim() == 0:
                 continue  # a CPU scalar may take part in a CUDA op
+            if device == "meta":  # the device check of torch's meta functions (_prims_common)
+                raise RuntimeError(
+                    f"Tensor on device {t.device} is not on the expected device meta!"
+                )
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two "
                 f"devices, {_device_name(device)} and {_device_name(t.device)}!"
