@@ -285,3 +285,41 @@ def module_tree(model, title: str = "") -> Any:
             if child is not None:
                 g.edge(ids[id(module)], ids[id(child)], label=child_name)
     return g
+
+
+def storage_indices(t) -> list[int]:
+    """The storage index each element of ``t`` reads, in logical (row-major) order:
+    ``storage_offset + sum(index[d] * stride[d])``. Works on retorch and torch tensors."""
+    import itertools
+
+    strides, offset = t.stride(), t.storage_offset()
+    return [
+        offset + sum(i * s for i, s in zip(idx, strides))
+        for idx in itertools.product(*(range(n) for n in t.shape))
+    ]
+
+
+def draw_layout(tensors: dict, storage_size: int | None = None):
+    """One row per tensor: its elements in logical order, each box numbered with the storage
+    index it reads and coloured by it; the storage itself is the top row. Shows at a glance
+    which views share, skip or repeat bytes."""
+    import matplotlib.pyplot as plt
+
+    rows = {name: storage_indices(t) for name, t in tensors.items()}
+    n = storage_size or 1 + max(max(r) for r in rows.values() if r)
+    rows = {"storage": list(range(n)), **rows}
+    width = max(len(r) for r in rows.values())
+    fig, ax = plt.subplots(figsize=(min(12, 2.2 + 0.45 * width), 0.55 * len(rows) + 0.3))
+    cmap = plt.get_cmap("tab20", max(n, 1))
+    for y, (name, idx) in enumerate(rows.items()):
+        ax.text(-0.3, -y, name, ha="right", va="center", fontsize=9, family="monospace")
+        for k, s in enumerate(idx):
+            ax.add_patch(plt.Rectangle((k, -y - 0.4), 0.9, 0.8, color=cmap(s % 20), alpha=0.8))
+            ax.text(k + 0.45, -y, str(s), ha="center", va="center", fontsize=8)
+    ax.set_xlim(-0.2, width)
+    ax.set_ylim(-len(rows) + 0.4, 0.6)
+    ax.axis("off")
+    ax.set_title("storage index read by each element, in logical order", fontsize=9)
+    fig.tight_layout()
+    plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
+    return fig

@@ -134,3 +134,22 @@ def test_environment_reports_a_wrong_kernel_result(monkeypatch):
     monkeypatch.setattr(env.cuda, "to_device", lambda x: Wrong())
     monkeypatch.setattr(env, "_smoke_kernel", {(1, 32): lambda d: None})
     assert "computed [0.0" in env.kernel_problem()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t.t(),
+        lambda t: t[1:, ::2],
+        lambda t: t[1].expand(2, 4),
+        lambda t: t.view(2, 6).unfold(1, 3, 2),
+    ],
+)
+def test_storage_indices_are_where_each_element_reads(make):
+    from retorch.notebook import draw_layout, storage_indices
+
+    base = torch.arange(12).view(3, 4)  # each element's value is its storage index
+    view = make(base)
+    assert storage_indices(view) == view.flatten().tolist()
+    fig = draw_layout({"view": view}, storage_size=12)
+    assert len(fig.axes[0].patches) == 12 + view.numel()  # the storage row and the view's row

@@ -89,9 +89,9 @@ COURSE_MAP = [
         "torch/csrc/autograd/engine.cpp, torch/csrc/autograd/function.h",
     ),
     (
-        "4 Tensors (planned)",
+        "4 Tensors",
         "c10, TensorIterator, kernels",
-        "(planned)",
+        "retorch.tensor",
         "c10/core/TensorImpl.h, c10/core/StorageImpl.h",
     ),
     (
@@ -115,9 +115,9 @@ CHAPTER_OF_LAYER = {
     "Python front end": "ch 1-2",
     "Bindings": "not rebuilt (generated code)",
     "Dispatcher": "ch 5 (planned)",
-    "ATen": "ch 4-5 (planned)",
-    "c10": "ch 4 (planned)",
-    "Kernels": "ch 2 (fused Adam); ch 4 (planned)",
+    "ATen": "ch 4 (TensorIterator, ops); ch 5 (planned)",
+    "c10": "ch 4",
+    "Kernels": "ch 2 (fused Adam); ch 4",
 }
 
 _PATH = re.compile(r"^[\w.-]+(/[\w.*-]+)*/?$")
