@@ -1,0 +1,95 @@
+"""Chapter 4: matmul of retorch.tensor against torch, in GFLOP/s (higher is better).
+
+Square float32 matmuls of 512 and 1024. torch calls a tuned BLAS (MKL or OpenBLAS: register
+blocking, packing, hand-written vector kernels); retorch's CPU kernel is a cache-blocked Numba
+loop over dot products of rows (b copied transposed first, 64 x 64 output tiles per task).
+2 n^3 floating-point operations per product.
+
+On a machine with a GPU, a GPU section times retorch's shared-memory tiled Numba-CUDA kernel
+against torch.cuda's matmul (cuBLAS) with TF32 off at 4096, in TFLOP/s, with the device's
+peak fp32 rate from its SM count and clock as the roofline, stored with the device's name.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import retorch.tensor as rt
+from bench.bench_optim import gpu_skip_reason
+
+
+def run(quick: bool = False) -> dict:
+    sizes = [128, 256] if quick else [512, 1024]
+    rows = []
+    for n in sizes:
+        torch.manual_seed(0)
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        ra, rb = rt.from_numpy(a.numpy()), rt.from_numpy(b.numpy())
+        impls = {
+            "torch.mm (BLAS)": lambda: torch.mm(a, b),
+            "retorch mm (numba)": lambda: rt.mm(ra, rb),
+        }
+        for fn in impls.values():
+            fn()
+        samples: dict[str, list[float]] = {name: [] for name in impls}
+        for _ in range(5 if quick else 15):
+            for name, fn in impls.items():
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t0)
+        rows += [
+            {"case": f"{n} x {n} float32", "impl": name,
+             "value": 2 * n**3 / statistics.median(s) / 1e9}
+            for name, s in samples.items()
+        ]  # fmt: skip
+    return {
+        "name": "matmul",
+        "title": "Matmul on CPU (GFLOP/s, higher is better)",
+        "unit": "GFLOP/s",
+        "higher_is_better": True,
+        "log": False,
+        "rows": rows,
+        "notes": " ".join(__doc__.split("\n\n")[1].split()),
+        "gpu": run_gpu(quick),
+    }
+
+
+def run_gpu(quick: bool = False) -> dict:
+    """The tiled kernel against cuBLAS with TF32 off, in TFLOP/s, or why it was skipped."""
+    reason = gpu_skip_reason()
+    if reason:
+        return {"skipped": reason}
+    from numba import cuda
+
+    n = 1024 if quick else 4096
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    ra, rb = rt.tensor(a.cpu().numpy(), device="cuda"), rt.tensor(b.cpu().numpy(), device="cuda")
+    impls = {"torch.mm (cuBLAS, TF32 off)": lambda: torch.mm(a, b),
+             "retorch mm (tiled numba-cuda)": lambda: rt.mm(ra, rb)}  # fmt: skip
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples: dict[str, list[float]] = {name: [] for name in impls}
+    for fn in impls.values():
+        fn()
+    for _ in range(3 if quick else 10):
+        for name, fn in impls.items():
+            torch.cuda.synchronize()
+            cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end))
+    dev = cuda.get_current_device()
+    # fp32 roofline: 128 FP32 lanes per SM (sm_80 and later), 2 flops per fused multiply-add
+    peak = dev.MULTIPROCESSOR_COUNT * 128 * 2 * dev.CLOCK_RATE * 1e3 / 1e12
+    rows = [
+        {"case": f"{n} x {n} float32", "impl": name,
+         "value": 2 * n**3 / statistics.median(ms) / 1e9}
+        for name, ms in samples.items()
+    ]  # fmt: skip
+    return {"device": torch.cuda.get_device_name(), "unit": "TFLOP/s", "rows": rows,
+            "roofline_tflops": peak}  # fmt: skip
