@@ -190,3 +190,23 @@ def test_single_source_check_catches_a_copied_function(tmp_path, monkeypatch):
     tree = css.ast.parse(src.replace("def dispatch_keys", "def my_keys"))
     assert css._body_key(tree.body[0]) in bodies
     assert "dispatch_keys" in names
+
+
+def test_single_source_check_catches_a_listing_that_is_never_displayed(tmp_path, monkeypatch):
+    from tools import check_single_source as css
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "retorch").mkdir()
+    md = tmp_path / "notebooks" / "99_x.md"
+    cells = [
+        "show(f)\nprint(1)",  # lost: show's value is thrown away
+        "print(1)\nshow(f)",  # shown: the cell's value
+        "display(excerpt(f, 'a'))\nx = 1",  # shown explicitly
+    ]
+    md.write_text("\n\n".join(f"```{{code-cell}} ipython3\n{c}\n```" for c in cells) + "\n")
+    monkeypatch.setattr(css, "ROOT", tmp_path)
+    out = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: out.append(" ".join(map(str, a))))
+    assert css.main() == 1
+    assert len(out) == 1 and "99_x.md cell 0: show(...) is not the cell's last" in out[0]

@@ -5,7 +5,9 @@ the package's code. This check fails when a notebook or solution code cell defin
 or class that retorch already has: the same name as a top-level retorch function/class, or the
 same body (compared as syntax trees, names and docstrings aside). Lab exercises are written
 fresh by students and so are compared by body only. It also keeps chapter code cells short
-(at most MAX_LINES lines): longer code belongs in retorch/.
+(at most MAX_LINES lines): longer code belongs in retorch/, and fails a listing whose value is
+thrown away: ``show``/``excerpt`` return what the notebook displays, so one that is not the
+last expression of its cell never reaches the page.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tools.course import ROOT  # noqa: E402
 
 MAX_LINES = 30
+LISTINGS = ("show", "excerpt", "bench_summary")  # retorch.notebook functions that return a display
 MIN_STATEMENTS = 3  # tiny helpers (one-liners) may coincide by chance
 
 
@@ -78,6 +81,14 @@ def main() -> int:
                         problems.append(
                             f"{where}: defines {node.name}, which retorch has ({names[node.name]}): "
                             "show and use the package's version instead"
+                        )
+                for stmt in tree.body[:-1]:
+                    call = stmt.value if isinstance(stmt, ast.Expr) else None
+                    name = getattr(getattr(call, "func", None), "id", None)
+                    if isinstance(call, ast.Call) and name in LISTINGS:
+                        problems.append(
+                            f"{where}: {name}(...) is not the cell's last expression, so its "
+                            "listing is never displayed: give it its own cell or display() it"
                         )
                 lines = len(cell.source.strip().split("\n"))
                 if folder == "notebooks" and lines > MAX_LINES:
