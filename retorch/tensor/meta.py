@@ -1,8 +1,7 @@
 """Meta tensors: sizes, strides and a dtype, and no data (``device="meta"``).
 
-Mirrors ``aten/src/ATen/native/MetaTensor.cpp`` and ``aten/src/ATen/EmptyTensor.cpp``
-(``empty_meta``: a storage of ``nbytes`` bytes whose ``DataPtr`` is null, from the meta
-allocator), and the meta functions torch 2.13 runs for these ops on ``"meta"``:
+Mirrors ``aten/src/ATen/EmptyTensor.cpp`` (``empty_meta``: a storage of ``nbytes`` bytes
+whose ``DataPtr`` is null, from the meta allocator), and the meta functions torch 2.13 runs for these ops on ``"meta"``:
 ``torch/_meta_registrations.py`` (``meta_mm``, ``check_inplace_broadcast``) and
 ``torch/_refs/__init__.py`` (``_broadcast_shapes`` of the elementwise refs, ``_dot_check``),
 with their error messages, which differ from the CPU kernels' (checked by running torch).
