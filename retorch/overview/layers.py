@@ -101,11 +101,12 @@ COURSE_MAP = [
         "c10/core/DispatchKeySet.h, aten/src/ATen/core/dispatch/Dispatcher.cpp",
     ),
     (
-        "6 Compiler (planned)",
-        "torch.compile stack",
-        "(planned)",
-        "torch/fx/, torch/_dynamo/, torch/_inductor/",
+        "6a Graph capture",
+        "torch.compile front end",
+        "retorch.fx, retorch.dynamo",
+        "torch/fx/, torch/_dynamo/",
     ),
+    ("6b Codegen (planned)", "torch.compile back end", "(planned)", "torch/_inductor/"),
     ("7 Distributed (planned)", "collectives, DDP, FSDP", "(planned)", "torch/distributed/"),
     ("8 Runtime (planned)", "streams, AMP, profiler", "(planned)", "torch/cuda/, torch/amp/"),
 ]
