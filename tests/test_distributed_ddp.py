@@ -1,0 +1,227 @@
+"""retorch.nn.parallel.DistributedDataParallel against torch's, on gloo with 2 and 4 ranks.
+
+Ours wraps a ``retorch.nn`` model, torch's the same ``torch.nn`` model (same state_dict); each
+rank starts from a different random init (so the initial broadcast matters) and trains on its
+own batches. Parameters must agree after every step within atol 1e-6 + rtol 1e-5 (both
+average the same gradients, but the buckets differ: torch 2.13 starts with one bucket, so
+gloo's additions may run in another order).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import retorch.nn as rn
+import retorch.optim as ro
+from retorch.distributed.launch import launch
+from retorch.nn.parallel import DistributedDataParallel as DDP
+from retorch.nn.parallel import compute_bucket_assignment_by_size
+
+ATOL, RTOL = 1e-6, 1e-5
+TINY_CAP_MB = 300 / 2**20  # 300 bytes: the MLP's 6 tensors fall into 4 buckets
+
+
+def _models(seed: int):
+    torch.manual_seed(seed)
+    ours = rn.Sequential(
+        rn.Linear(8, 16), rn.ReLU(), rn.Linear(16, 16), rn.ReLU(), rn.Linear(16, 4)
+    )
+    theirs = torch.nn.Sequential(
+        torch.nn.Linear(8, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 4),
+    )
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def _batch(step: int, rank: int):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+
+
+def _max_diff(a, b) -> float:
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+
+def _close(a, b) -> bool:
+    return all(
+        torch.allclose(p, q, atol=ATOL, rtol=RTOL) for p, q in zip(a.parameters(), b.parameters())
+    )
+
+
+def _train_side_by_side(rank: int, world: int, steps: int, cap_mb) -> dict:
+    ours_m, theirs_m = _models(seed=rank)  # a different init on every rank
+    rank0_init = _models(seed=0)[0]
+    ours = DDP(ours_m, bucket_cap_mb=cap_mb)
+    theirs = torch.nn.parallel.DistributedDataParallel(theirs_m, bucket_cap_mb=cap_mb)
+    broadcast_ok = _max_diff(ours, rank0_init) == 0 and _max_diff(theirs, rank0_init) == 0
+    opt_ours = ro.SGD(ours.parameters(), lr=0.05, momentum=0.9)
+    opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    diffs, agree = [], []
+    for step in range(steps):
+        for model, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+            opt.zero_grad()
+            if step == 3:  # gradient accumulation: two micro-batches, one all-reduce
+                with model.no_sync():
+                    x, y = _batch(1000 + step, rank)
+                    torch.nn.functional.mse_loss(model(x), y).backward()
+            x, y = _batch(step, rank)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        diffs.append(_max_diff(ours, theirs))
+        agree.append(_close(ours, theirs))
+    return dict(
+        broadcast_ok=broadcast_ok,
+        diffs=diffs,
+        agree=agree,
+        buckets=[list(b.param_indices) for b in ours.reducer.buckets],
+        timeline=ours.timeline,
+        replicas_equal=_replicas_equal(ours),
+    )
+
+
+def _replicas_equal(model) -> bool:
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(g, flat) for g in gathered)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ddp_trains_as_torch_ddp_for_20_steps(world_size):
+    results = launch(_train_side_by_side, world_size, 20, TINY_CAP_MB, timeout=80)
+    for rank, res in enumerate(results):
+        assert res["broadcast_ok"], f"rank {rank} did not start from rank 0's parameters"
+        bad = [(s, d) for s, (d, ok) in enumerate(zip(res["diffs"], res["agree"])) if not ok]
+        assert not bad, f"rank {rank}: (step, max |ours - torch|) beyond tolerance: {bad}"
+        assert res["replicas_equal"]
+    # Bytes 512, 64, 1024, 64, 256, 16 against a 300-byte cap, in reverse: the last layer's
+    # bias is reduced first.
+    assert results[0]["buckets"] == [[5], [3, 4], [1, 2], [0]]
+    # Overlap: the first bucket's all-reduce starts while gradients are still arriving.
+    events = results[0]["timeline"]
+    first_launch = next(t for kind, _, t in events if kind == "allreduce")
+    last_grad = max(t for kind, _, t in events if kind == "grad")
+    launches = [i for kind, i, _ in events if kind == "allreduce"]
+    assert launches == [0, 1, 2, 3] and first_launch < last_grad
+    grads_before_first_launch = [i for kind, i, t in events if kind == "grad" and t <= first_launch]
+    assert 5 in grads_before_first_launch and set(grads_before_first_launch) <= {4, 5}
+
+
+class _Branches(rn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = rn.Linear(4, 4), rn.Linear(4, 4), rn.Linear(4, 4)
+
+    def forward(self, x, use_b: bool):
+        out = self.a(x)
+        return out + self.b(x) if use_b else out  # c: never used
+
+
+class _TorchBranches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    forward = _Branches.forward
+
+
+def _unused_parameters(rank: int, world: int) -> dict:
+    torch.manual_seed(0)
+    ours_m, theirs_m = _Branches(), _TorchBranches()
+    theirs_m.load_state_dict(ours_m.state_dict())
+    ours = DDP(ours_m, find_unused_parameters=True)
+    theirs = torch.nn.parallel.DistributedDataParallel(theirs_m, find_unused_parameters=True)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))
+    use_b = rank == 0  # b is used on rank 0 only; c on no rank
+    for model in (ours, theirs):
+        model(x, use_b).sum().backward()
+    grads = {}
+    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+        grads[name] = (
+            p.grad is None,
+            q.grad is None,
+            p.grad is None
+            or q.grad is None
+            or torch.allclose(p.grad, q.grad, atol=ATOL, rtol=RTOL),
+        )
+    # Without find_unused_parameters: the next forward raises, as torch's does.
+    errors = []
+    for cls in (DDP, torch.nn.parallel.DistributedDataParallel):
+        torch.manual_seed(0)
+        model = cls(_Branches() if cls is DDP else _TorchBranches())
+        model(x, True).sum().backward()  # c gets no gradient: its bucket is never reduced
+        try:
+            model(x, True)
+            errors.append(None)
+        except RuntimeError as e:
+            errors.append(str(e))
+    return dict(grads=grads, errors=errors)
+
+
+def test_find_unused_parameters_and_the_error_without_it():
+    results = launch(_unused_parameters, 2, timeout=60)
+    for rank, res in enumerate(results):
+        g = res["grads"]
+        assert g["module.c.weight"][:2] == (True, True), "globally unused: grad stays None"
+        assert g["module.b.weight"][:2] == (False, False), "used on rank 0: grad everywhere"
+        assert all(ok for _, _, ok in g.values()), g
+        ours, theirs = res["errors"]
+        assert theirs is not None and ours is not None
+        cut = theirs.index("\n In addition")  # torch's TORCH_DISTRIBUTED_DEBUG advice
+        assert ours == theirs[:cut].replace("`torch.nn.parallel", "`retorch.nn.parallel")
+        assert ours.endswith(f"rank {rank}: 4 5")
+
+
+SIZES = [
+    [100, 200, 300, 400],
+    [300_000, 10, 70_000, 1, 262_144, 262_144, 5, 600_000],  # crosses 1 MiB, then 4 MiB
+    [1] * 50,
+    [262_144] * 9,  # exactly 1 MiB of float32 per tensor: the limit is reached, not passed
+]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize(
+    "limits", [[2**20, 4 * 2**20], [4 * 2**20], [1000, 2000, 3000], [sys.maxsize]]
+)
+def test_bucket_assignment_equals_torch(sizes, limits):
+    tensors = [torch.empty(n) for n in sizes]
+    expected = dist._compute_bucket_assignment_by_size(tensors, limits)
+    assert compute_bucket_assignment_by_size(tensors, limits) == tuple(map(list, expected))
+
+
+def test_bucket_assignment_equals_torch_for_mixed_dtypes():
+    tensors = [
+        torch.empty(n, dtype=d)
+        for n, d in [
+            (300, torch.float32),
+            (200, torch.float64),
+            (300, torch.float32),
+            (10, torch.float64),
+            (900, torch.float32),
+            (5, torch.float16),
+        ]
+    ]
+    for limits in ([1000, 3000], [500], [1200, 2400, 4800]):
+        expected = dist._compute_bucket_assignment_by_size(tensors, limits)
+        assert compute_bucket_assignment_by_size(tensors, limits) == tuple(map(list, expected))
+
+
+def test_bucket_assignment_equals_torch_in_a_given_order():
+    # The rebuild after the first iteration passes the order gradients arrived in. (With
+    # several dtypes torch appends the unfilled buckets in its hash map's order: one dtype.)
+    tensors = [torch.empty(n) for n in [300, 200, 300, 10, 900, 5, 70]]
+    order = [5, 2, 0, 6, 4, 1, 3]
+    for limits in ([1000, 3000], [500], [1200, 2400, 4800]):
+        expected = dist._compute_bucket_assignment_by_size(tensors, limits, [], order)
+        assert compute_bucket_assignment_by_size(tensors, limits, order) == tuple(
+            map(list, expected)
+        )
