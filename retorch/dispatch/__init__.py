@@ -7,14 +7,23 @@ module                         mirrors
 ``dispatch_key``               ``c10/core/DispatchKey.h``
 ``dispatch_key_set``           ``c10/core/DispatchKeySet.h``
 ``local_dispatch_key_set``     ``c10/core/impl/LocalDispatchKeySet.h``
+``function_schema``            ``aten/src/ATen/core/function_schema.h``
+``operator_entry``             ``aten/src/ATen/core/dispatch/OperatorEntry.cpp``
+``dispatcher``                 ``aten/src/ATen/core/dispatch/Dispatcher.cpp``
+``library``                    ``torch/library.py``
+``_ops``                       ``torch/_ops.py``
 =============================  =====================================================
 
 Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom layers) and
 composes them; ``nn``, ``optim`` and ``utils.data`` reach it only through a tensor's interface.
 """
 
+from ._ops import ops
 from .dispatch_key import BackendComponent, DispatchKey, parse_dispatch_key
 from .dispatch_key_set import DispatchKeySet
+from .dispatcher import Dispatcher, OperatorHandle, get_dispatcher
+from .function_schema import FunctionSchema, parse_schema
+from .library import Library, _scoped_library, fallthrough_kernel
 from .local_dispatch_key_set import (
     ExcludeDispatchKeyGuard,
     ForceDispatchKeyGuard,
@@ -24,6 +33,15 @@ from .local_dispatch_key_set import (
 
 __all__ = [
     "BackendComponent",
+    "Dispatcher",
+    "FunctionSchema",
+    "Library",
+    "OperatorHandle",
+    "_scoped_library",
+    "fallthrough_kernel",
+    "get_dispatcher",
+    "ops",
+    "parse_schema",
     "DispatchKey",
     "DispatchKeySet",
     "ExcludeDispatchKeyGuard",

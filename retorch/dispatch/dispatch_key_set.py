@@ -173,6 +173,11 @@ math_dispatch_keyset = (
     | autograd_dispatch_keyset
     | DispatchKeySet((K.NestedTensor, K.Functionalize))
 )
+#: CompositeExplicitAutogradNonFunctional's: not Sparse, not the functional backends XLA, Lazy.
+non_functional_backend_dispatch_keyset = DispatchKeySet.from_raw_repr(
+    backend_dispatch_keyset.remove(K.Sparse).repr_
+    & ~DispatchKeySet((BackendComponent.XLABit, BackendComponent.LazyBit)).repr_
+)
 del K
 
 
@@ -182,11 +187,10 @@ def get_runtime_dispatch_key_set(k: DispatchKey) -> DispatchKeySet:
         return autograd_dispatch_keyset | DispatchKeySet.from_raw_repr(FULL_BACKEND_MASK)
     if k == DispatchKey.CompositeImplicitAutograd:
         return math_dispatch_keyset
-    if k in (
-        DispatchKey.CompositeExplicitAutograd,
-        DispatchKey.CompositeExplicitAutogradNonFunctional,
-    ):
+    if k == DispatchKey.CompositeExplicitAutograd:
         return backend_dispatch_keyset
+    if k == DispatchKey.CompositeExplicitAutogradNonFunctional:
+        return non_functional_backend_dispatch_keyset
     if is_alias_dispatch_key(k):
         raise NotImplementedError(f"retorch does not model the alias key {k.name}")
     return DispatchKeySet(k)
