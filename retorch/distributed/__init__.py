@@ -9,6 +9,6 @@
 The transport is always torch's: gloo's TCP pairs under ``isend``/``irecv``.
 """
 
-from . import collectives, launch
+from . import collectives, fsdp, launch
 
-__all__ = ["collectives", "launch"]
+__all__ = ["collectives", "fsdp", "launch"]
