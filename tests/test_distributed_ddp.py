@@ -1,8 +1,8 @@
 """retorch.nn.parallel.DistributedDataParallel against torch's, on gloo with 2 and 4 ranks.
 
-Ours wraps a ``retorch.nn`` model, torch's the same ``torch.nn`` model (same state_dict); each
-rank starts from a different random init (so the initial broadcast matters) and trains on its
-own batches. Parameters must agree after every step within atol 1e-6 + rtol 1e-5 (both
+Ours wraps a ``retorch.nn`` model (with and without overlap), torch's the same ``torch.nn``
+model (same state_dict); each rank starts from a different random init (so the initial
+broadcast matters) and trains on its own batches. Parameters must agree after every step within atol 1e-6 + rtol 1e-5 (both
 average the same gradients, but the buckets differ: torch 2.13 starts with one bucket, so
 gloo's additions may run in another order).
 """
@@ -62,11 +62,13 @@ def _train_side_by_side(rank: int, world: int, steps: int, cap_mb) -> dict:
     ours = DDP(ours_m, bucket_cap_mb=cap_mb)
     theirs = torch.nn.parallel.DistributedDataParallel(theirs_m, bucket_cap_mb=cap_mb)
     broadcast_ok = _max_diff(ours, rank0_init) == 0 and _max_diff(theirs, rank0_init) == 0
+    late = DDP(_models(seed=rank)[0], bucket_cap_mb=cap_mb, overlap=False)
     opt_ours = ro.SGD(ours.parameters(), lr=0.05, momentum=0.9)
     opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    opt_late = ro.SGD(late.parameters(), lr=0.05, momentum=0.9)
     diffs, agree = [], []
     for step in range(steps):
-        for model, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+        for model, opt in ((ours, opt_ours), (theirs, opt_theirs), (late, opt_late)):
             opt.zero_grad()
             if step == 3:  # gradient accumulation: two micro-batches, one all-reduce
                 with model.no_sync():
@@ -75,14 +77,15 @@ def _train_side_by_side(rank: int, world: int, steps: int, cap_mb) -> dict:
             x, y = _batch(step, rank)
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
-        diffs.append(_max_diff(ours, theirs))
-        agree.append(_close(ours, theirs))
+        diffs.append(max(_max_diff(ours, theirs), _max_diff(late, theirs)))
+        agree.append(_close(ours, theirs) and _close(late, theirs))
     return dict(
         broadcast_ok=broadcast_ok,
         diffs=diffs,
         agree=agree,
         buckets=[list(b.param_indices) for b in ours.reducer.buckets],
         timeline=ours.timeline,
+        late_timeline=late.timeline,
         replicas_equal=_replicas_equal(ours),
     )
 
@@ -113,6 +116,10 @@ def test_ddp_trains_as_torch_ddp_for_20_steps(world_size):
     assert launches == [0, 1, 2, 3] and first_launch < last_grad
     grads_before_first_launch = [i for kind, i, t in events if kind == "grad" and t <= first_launch]
     assert 5 in grads_before_first_launch and set(grads_before_first_launch) <= {4, 5}
+    # overlap=False, the baseline: nothing is launched before the last gradient.
+    events = results[0]["late_timeline"]
+    first_launch = next(t for kind, _, t in events if kind == "allreduce")
+    assert first_launch >= max(t for kind, _, t in events if kind == "grad")
 
 
 class _Branches(rn.Module):

@@ -24,6 +24,9 @@ model). Communication is torch.distributed's (gloo here), as in torch.
    ``queue_callback``, as reducer.cpp does): it waits for the all-reduces and copies each
    bucket back into the ``.grad``s.
 
+``overlap=False`` (not in torch: a baseline for the timeline and the benchmark) holds every
+all-reduce back until the last gradient has arrived.
+
 ``no_sync()`` skips steps 3-4 (gradients accumulate locally) for the forwards run inside it.
 ``find_unused_parameters=True`` walks the autograd graph from the forward's outputs: the
 parameters it does not reach are marked ready (zeros in their bucket) at the first hook, and
@@ -113,8 +116,10 @@ class Reducer:
         bucket_indices: list[list[int]],
         process_group,
         find_unused_parameters: bool,
+        overlap: bool = True,
     ):
         self.params = params
+        self.overlap = overlap
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.find_unused_parameters = find_unused_parameters
@@ -187,6 +192,8 @@ class Reducer:
             self._mark_bucket_ready()
 
     def _mark_bucket_ready(self) -> None:
+        if not self.overlap and any(b.pending for b in self.buckets):
+            return  # the baseline without overlap: launch every bucket once backward is done
         # Buckets are launched in order, so every rank issues the same all-reduces in the
         # same sequence even if gradients arrive in another order.
         while self.next_bucket < len(self.buckets) and self.buckets[self.next_bucket].pending == 0:
@@ -252,6 +259,7 @@ class DistributedDataParallel(Module):
         process_group=None,
         bucket_cap_mb: float | None = None,
         find_unused_parameters: bool = False,
+        overlap: bool = True,
     ):
         super().__init__()
         self.module = module
@@ -266,7 +274,11 @@ class DistributedDataParallel(Module):
         limits = [first, self.bucket_bytes_cap] if first < self.bucket_bytes_cap else [first]
         self.bucket_indices, _ = compute_bucket_assignment_by_size(params, limits)
         self.reducer = Reducer(
-            params, list(reversed(self.bucket_indices)), process_group, find_unused_parameters
+            params,
+            list(reversed(self.bucket_indices)),
+            process_group,
+            find_unused_parameters,
+            overlap,
         )
 
     @torch.no_grad()
