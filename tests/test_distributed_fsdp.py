@@ -99,6 +99,8 @@ def _sharded_training(rank: int, world: int, steps: int) -> dict:
         sharded=sharded,
         ddp=ddp,
         shard_numels=[u.flat_param.numel() for u in units],
+        gathered_peak=units[0].gathered.peak,
+        gathered_now=units[0].gathered.now,
     )
 
 
@@ -127,3 +129,7 @@ def test_sharded_training_equals_single_process_and_fully_shard(world_size, step
         assert s["buffers"] == 0  # the gathered flat parameters are freed between uses
         assert d["params"] == d["grads"] == 4 * total and d["optimizer"] == 2 * 4 * total
         assert d["buffers"] == 4 * total  # DDP's buckets: one more copy of the gradients
+        # Unsharded at once: the root unit (the last layer, gathered for the whole forward)
+        # and one other unit at a time, the larger one (154 parameters, padded): never all.
+        assert res["gathered_peak"] == 4 * world_size * (shards[2] + shards[1])
+        assert res["gathered_now"] == 0

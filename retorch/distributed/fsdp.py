@@ -42,14 +42,38 @@ import torch.distributed as dist
 from ..nn.parameter import Parameter
 from . import collectives
 
-__all__ = ["FlatParamUnit", "full_parameters", "fully_shard_units", "held_bytes"]
+__all__ = [
+    "FlatParamUnit",
+    "GatheredBytes",
+    "full_parameters",
+    "fully_shard_units",
+    "held_bytes",
+]
+
+
+class GatheredBytes:
+    """Bytes of gathered (unsharded) flat parameters alive now, and the most at any time."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+
+    def add(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
 
 
 class FlatParamUnit:
     """One unit's flat parameter: its shard, the gathered whole, and the hooks around it."""
 
-    def __init__(self, module, params: list[tuple[object, str, torch.Tensor]], group=None):
+    def __init__(
+        self,
+        module,
+        params: list[tuple[object, str, torch.Tensor]],
+        group=None,
+        gathered: GatheredBytes | None = None,
+    ):
         self.module, self.group = module, group
+        self.gathered = gathered or GatheredBytes()
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         # (owning module, attribute name, shape) of each parameter, in order
         self.slots = [(owner, name, p.shape) for owner, name, p in params]
@@ -68,19 +92,20 @@ class FlatParamUnit:
         module.flat_param = self.flat_param  # what the optimizer steps
         self.full = torch.zeros(self.world * self.shard_numel, dtype=shard.dtype)
         self.full.requires_grad_(True)
-        self._free(self.full)
+        self.full.untyped_storage().resize_(0)  # allocated only while the unit runs
         self.full.register_post_accumulate_grad_hook(self._post_backward)
         module.register_forward_pre_hook(self._pre_forward)
         module.register_forward_hook(self._post_forward)
 
-    @staticmethod
-    def _free(t: torch.Tensor) -> None:
+    def _free(self, t: torch.Tensor) -> None:
+        self.gathered.add(-t.untyped_storage().nbytes())
         t.untyped_storage().resize_(0)
 
     def _unshard(self) -> None:
         if self.full.untyped_storage().nbytes():
             return  # already gathered (a unit used twice in one forward)
         self.full.untyped_storage().resize_(self.full.numel() * self.full.element_size())
+        self.gathered.add(self.full.untyped_storage().nbytes())
         # .data: a write that autograd does not count, since views of ``full`` saved for
         # backward must still be valid when backward refills them.
         collectives.all_gather(self.full.data, self.flat_param.data, self.group)
@@ -128,13 +153,15 @@ def fully_shard_units(model, units: Iterable = (), group=None) -> list[FlatParam
     """Shard ``model``: one flat parameter per module in ``units`` and one for the root (what
     is left), as FSDP2's ``fully_shard`` on each unit and then the root. Every rank must pass
     the same model; rank 0's values are broadcast first so the replicas start equal.
-    Returns the units, the root last; ``model.parameters()`` then yields only the shards."""
+    Returns the units, the root last; ``model.parameters()`` then yields only the shards.
+    The units share one ``GatheredBytes`` (``units[0].gathered``): its ``peak`` is the most
+    unsharded parameter memory held at once, one unit and the root's at a time."""
     units = list(units)
     src = 0 if group is None else dist.get_global_rank(group, 0)
     with torch.no_grad():
         for p in model.parameters():
             dist.broadcast(p, src=src, group=group)
-    owned, result = set(), []
+    owned, result, gathered = set(), [], GatheredBytes()
     for unit in [*units, model]:
         params = [
             (mod, name, p)
@@ -145,7 +172,7 @@ def fully_shard_units(model, units: Iterable = (), group=None) -> list[FlatParam
         ]
         owned |= {id(p) for _, _, p in params}
         if params:
-            result.append(FlatParamUnit(unit, params, group))
+            result.append(FlatParamUnit(unit, params, group, gathered))
     return result
 
 
