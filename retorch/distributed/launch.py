@@ -44,12 +44,8 @@ class WorkerFailed(RuntimeError):
     """
 
     def __init__(self, rank: int, error_type: str, message: str, tb: str):
-        self.rank, self.error_type, self.error_message, self.traceback = (
-            rank,
-            error_type,
-            message,
-            tb,
-        )
+        self.rank, self.error_type, self.error_message = rank, error_type, message
+        self.traceback = tb
         super().__init__(f"rank {rank} failed with {error_type}: {message}\n\n{tb}")
 
 
