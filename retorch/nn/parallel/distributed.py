@@ -2,16 +2,15 @@
 
 Mirrors torch/nn/parallel/distributed.py (the wrapper: initial broadcast, bucket assignment,
 ``no_sync``) and torch/csrc/distributed/c10d/reducer.cpp (the ``Reducer``: autograd hooks,
-buckets, ``finalize_backward``). It wraps chapter 1's ``retorch.nn`` modules (any module with
-``named_parameters`` and ``buffers`` holding torch tensors works, torch.nn's too; the tests
-wrap a ``retorch.nn`` model and compare it with torch's DDP around the same ``torch.nn``
-model). Communication is torch.distributed's (gloo here), as in torch.
+buckets, ``finalize_backward``). It wraps chapter 1's ``retorch.nn`` modules (the tests
+compare it with torch's DDP around the same ``torch.nn`` model). Communication is
+torch.distributed's (gloo here), as in torch.
 
 1. Construction broadcasts rank 0's parameters and buffers, so every replica starts equal
    (torch's ``_sync_module_states``).
 2. ``compute_bucket_assignment_by_size`` (reducer.cpp's rule) groups the parameters, in
-   registration order, into buckets of at least ``bucket_cap_mb`` (a bucket closes when
-   adding a tensor reaches the cap), the first one capped at 1 MiB
+   registration order, into buckets that close as soon as their bytes reach
+   ``bucket_cap_mb`` (so a bucket may overshoot by its last tensor), the first one at 1 MiB
    (``dist._DEFAULT_FIRST_BUCKET_BYTES``) when ``bucket_cap_mb`` is left at its default.
    The buckets are then reversed: backward produces the last layers' gradients first.
 3. A hook on each parameter's ``AccumulateGrad`` (``register_post_accumulate_grad_hook``)
