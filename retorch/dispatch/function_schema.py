@@ -53,6 +53,8 @@ class Argument:
 
 
 def _default_str(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value)}."  # torch prints 0.0 as "0."
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)

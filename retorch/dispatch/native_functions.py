@@ -1,0 +1,243 @@
+"""The ``aten`` operators retorch.Tensor uses: schemas, backend kernels, composite kernels.
+
+Mirrors ``aten/src/ATen/native/native_functions.yaml`` (each schema string is torch's, checked
+against ``torch._C._dispatch_dump``) and the registration files torch's build generates from it
+(``build/aten/src/ATen/RegisterCPU_0.cpp``...): one ``TORCH_LIBRARY(aten, m)`` that defines
+the operators, and ``TORCH_LIBRARY_IMPL(aten, CPU, m)`` blocks that register the kernels.
+
+- *backend kernels* (CPU, CUDA, Meta) compute with ``retorch.tensor``, whose DispatchStub picks
+  the Numba CPU loop, the Numba-CUDA kernel or the shape-only meta function by device; they never
+  look at autograd and return tensors without history;
+- *CompositeExplicitAutograd* kernels work for every backend (``t``, ``clone``, ``detach``);
+- *CompositeImplicitAutograd* kernels (``matmul``, ``linear``, ``softmax``, ``cross_entropy``,
+  ``reshape``) call other operators through the dispatcher, so autograd comes from the ops they
+  decompose into, as in torch.
+
+The autograd kernels live in ``variable_type.py``; importing this module registers both.
+"""
+
+from __future__ import annotations
+
+import retorch.tensor as rt
+from retorch.autograd.tensor import Tensor as AutogradTensor
+from retorch.tensor import ops as _o
+
+from ._ops import ops
+from .library import Library
+from .tensor import Tensor
+
+SCHEMAS = [
+    "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+    "add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+    "sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+    "mul.Tensor(Tensor self, Tensor other) -> Tensor",
+    "mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)",
+    "div.Tensor(Tensor self, Tensor other) -> Tensor",
+    "div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)",
+    "neg(Tensor self) -> Tensor",
+    "pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor",
+    "sqrt(Tensor self) -> Tensor",
+    "relu(Tensor self) -> Tensor",
+    "exp(Tensor self) -> Tensor",
+    "log(Tensor self) -> Tensor",
+    "addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)",
+    "addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)",
+    "lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight) -> Tensor(a!)",
+    "zero_(Tensor(a!) self) -> Tensor(a!)",
+    "copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
+    "clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor",
+    "detach(Tensor(a) self) -> Tensor(a)",
+    "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor",
+    "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+    "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor",
+    "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+    "mm(Tensor self, Tensor mat2) -> Tensor",
+    "matmul(Tensor self, Tensor other) -> Tensor",
+    "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",
+    "t(Tensor(a) self) -> Tensor(a)",
+    "view(Tensor(a) self, SymInt[] size) -> Tensor(a)",
+    "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)",
+    "_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
+    "_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
+    "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
+    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
+    "nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)",
+    "nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, SymInt ignore_index=-100) -> Tensor",
+    "cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor",
+]  # fmt: skip
+
+
+def _r(x):
+    """The raw ``retorch.tensor.Tensor`` of an argument (numbers pass through)."""
+    return x.data if isinstance(x, AutogradTensor) else x
+
+
+def _w(raw) -> Tensor:
+    return Tensor(raw)
+
+
+def _inplace(fn):
+    def kernel(self, *args, **kwargs):
+        fn(self.data, *args, **kwargs)
+        return self
+
+    return kernel
+
+
+def _addcmul_(x, t1, t2, value=1):
+    _o.add_(x, _o.mul(_r(t1), _r(t2)), alpha=value)
+
+
+def _addcdiv_(x, t1, t2, value=1):
+    _o.add_(x, _o.div(_r(t1), _r(t2)), alpha=value)
+
+
+def _lerp_(x, end, weight):
+    # at::lerp's formula: from self for weight < 0.5, from end otherwise (fewer roundings)
+    diff = _o.sub(_r(end), x)
+    if abs(weight) < 0.5:
+        _o.add_(x, diff, alpha=weight)
+    else:
+        _o.copy_(x, _o.sub(_r(end), _o.mul(diff, 1 - weight)))
+
+
+def _nll_loss_forward(self, target, weight, reduction, ignore_index):
+    if weight is not None or reduction != 1:
+        raise NotImplementedError(
+            "retorch's nll_loss_forward supports reduction='mean' without class weights only"
+        )
+    if ignore_index != -100:
+        raise NotImplementedError("retorch's nll_loss_forward supports ignore_index=-100 only")
+    out = _o.nll_loss(self.data, target.data, reduction="mean")
+    total = rt.scalar_tensor(self.shape[0], dtype=self.data.dtype, device=self.data.device)
+    return _w(out), _w(total)
+
+
+def _sum(self, dtype=None):
+    return _w(_o.sum(self.data, dtype=dtype))
+
+
+def _sum_dim(self, dim, keepdim=False, dtype=None):
+    return _w(_o.sum(self.data, dim=tuple(dim) if dim else None, keepdim=keepdim, dtype=dtype))
+
+
+def _mean(self, dtype=None):
+    return _w(_o.mean(self.data))
+
+
+def _mean_dim(self, dim, keepdim=False, dtype=None):
+    return _w(_o.mean(self.data, dim=tuple(dim) if dim else None, keepdim=keepdim))
+
+
+#: Backend kernels: one function serves CPU, CUDA and Meta (retorch.tensor's stubs pick).
+BACKEND = {
+    "add.Tensor": lambda self, other, alpha=1: _w(_o.add(_r(self), _r(other), alpha=alpha)),
+    "add_.Tensor": _inplace(lambda x, other, alpha=1: _o.add_(x, _r(other), alpha=alpha)),
+    "sub.Tensor": lambda self, other, alpha=1: _w(_o.sub(_r(self), _r(other), alpha=alpha)),
+    "mul.Tensor": lambda self, other: _w(_o.mul(_r(self), _r(other))),
+    "mul_.Tensor": _inplace(lambda x, other: _o.mul_(x, _r(other))),
+    "div.Tensor": lambda self, other: _w(_o.div(_r(self), _r(other))),
+    "div_.Tensor": _inplace(lambda x, other: _o.copy_(x, _o.div(x, _r(other)))),
+    "neg": lambda self: _w(_o.neg(self.data)),
+    "pow.Tensor_Scalar": lambda self, exponent: _w(_o.pow(self.data, exponent)),
+    "sqrt": lambda self: _w(_o.pow(self.data, 0.5)),
+    "relu": lambda self: _w(_o.relu(self.data)),
+    "exp": lambda self: _w(_o.exp(self.data)),
+    "log": lambda self: _w(_o.log(self.data)),
+    "addcmul_": _inplace(_addcmul_),
+    "addcdiv_": _inplace(_addcdiv_),
+    "lerp_.Scalar": _inplace(_lerp_),
+    "zero_": _inplace(_o.zero_),
+    "sum.dim_IntList": _sum_dim,
+    "mean.dim": _mean_dim,
+    "mm": lambda self, mat2: _w(_o.mm(self.data, mat2.data)),
+    "view": lambda self, size: _w(self.data.view(tuple(size))),
+    "_softmax": lambda self, dim, half_to_float: _w(_o.softmax(self.data, dim)),
+    "_log_softmax": lambda self, dim, half_to_float: _w(_o.log_softmax(self.data, dim)),
+    "nll_loss_forward": _nll_loss_forward,
+}
+
+#: CompositeExplicitAutograd kernels: written once for every backend, still need autograd.
+EXPLICIT = {
+    "t": lambda self: _w(self.data.t()),
+    "clone": lambda self, memory_format=None: _w(
+        _o.clone(self.data) if memory_format is None else _o.clone(self.data).contiguous()
+    ),
+    "detach": lambda self: _w(self.data),
+    "copy_": _inplace(lambda x, src, non_blocking=False: _o.copy_(x, _r(src))),
+    "sum": _sum,  # torch: CompositeExplicitAutograd, plus a Meta kernel
+    "mean": _mean,  # the same
+}
+
+
+# ---------------------------------------------------------------- CompositeImplicitAutograd
+def _matmul(self, other):
+    """``at::matmul`` for the cases an MLP needs: 2-D @ 2-D is mm; N-D @ 2-D folds the batch
+    into mm rows (LinearAlgebra.cpp: _matmul_impl)."""
+    a, b = self.dim(), other.dim()
+    if a == 2 and b == 2:
+        return ops.aten.mm(self, other)
+    if a >= 3 and b == 2:
+        lead = tuple(self.shape[:-1])
+        folded = ops.aten.reshape(self, [-1, self.shape[-1]])
+        return ops.aten.view(ops.aten.mm(folded, other), list(lead) + [other.shape[1]])
+    raise NotImplementedError(
+        f"retorch's matmul handles 2-D @ 2-D and N-D @ 2-D, got {a}-D @ {b}-D"
+    )
+
+
+def _linear(input, weight, bias=None):
+    out = ops.aten.matmul(input, ops.aten.t(weight))
+    return out if bias is None else ops.aten.add.Tensor(out, bias)
+
+
+def _reshape(self, shape):
+    shape = list(shape)
+    if -1 in shape:
+        known = 1
+        for n in shape:
+            known *= n if n != -1 else 1
+        shape[shape.index(-1)] = self.numel() // known
+    if self.is_contiguous():
+        return ops.aten.view(self, shape)
+    # torch: _unsafe_view of a row-major clone
+    return ops.aten.view(ops.aten.clone(self, memory_format="contiguous_format"), shape)
+
+
+IMPLICIT = {
+    "matmul": _matmul,
+    "linear": _linear,
+    "reshape": _reshape,
+    "softmax.int": lambda self, dim, dtype=None: ops.aten._softmax(self, dim, False),
+    "log_softmax.int": lambda self, dim, dtype=None: ops.aten._log_softmax(self, dim, False),
+    "nll_loss": lambda self, target, weight=None, reduction=1, ignore_index=-100: (
+        ops.aten.nll_loss_forward(self, target, weight, reduction, ignore_index)[0]
+    ),
+    "cross_entropy_loss": lambda self, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0: (  # noqa: E501
+        ops.aten.nll_loss(
+            ops.aten.log_softmax.int(self, 1), target, weight, reduction, ignore_index
+        )
+    ),
+}
+
+
+def _register() -> list:
+    lib = Library("aten", "DEF")
+    for schema in SCHEMAS:
+        lib.define(schema)
+    for name, fn in BACKEND.items():
+        for key in ("CPU", "CUDA", "Meta"):
+            lib.impl(name, fn, key)
+    for name, fn in EXPLICIT.items():
+        lib.impl(name, fn, "CompositeExplicitAutograd")
+    lib.impl("sum", _sum, "Meta")
+    lib.impl("mean", _mean, "Meta")
+    for name, fn in IMPLICIT.items():
+        lib.impl(name, fn, "CompositeImplicitAutograd")
+    from . import variable_type
+
+    return [lib] + variable_type.register()
+
+
+LIBRARIES = _register()  # kept alive: destroying them would deregister the kernels
+aten = ops.aten
