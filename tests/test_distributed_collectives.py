@@ -60,7 +60,7 @@ def _compare_collectives(rank: int, n: int) -> dict:
                 rows.append((f"broadcast from {src}", dtype, numel, *_agree(ours, theirs)))
 
     counts = {}
-    for numel in (4096, 1000):  # 1000 floats do not split evenly into 3 or 4 chunks
+    for numel in (4096, 1001):  # 1001 floats do not split evenly into 2 or 4 chunks
         x = torch.ones(numel)
         with C.count_bytes() as c:
             C.ring_all_reduce(x)
@@ -80,13 +80,13 @@ def test_collectives_equal_torch_distributed(world_size):
         assert len(res["rows"]) == 2 * len(SIZES) * 5
         sent, model = res["bytes"]["all_reduce 4096"]
         assert sent == model  # 4096 splits evenly: the cost model is exact
-        sent, model = res["bytes"]["all_reduce 1000"]
-        # uneven chunks: each rank sends 2(n-1) chunks of 1000//n or 1000//n + 1 floats
+        sent, model = res["bytes"]["all_reduce 1001"]
+        # uneven chunks: each rank sends 2(n-1) chunks of 1001//n or 1001//n + 1 floats
         assert abs(sent - model) <= 4 * 2 * (world_size - 1)
         sent, model = res["bytes"]["broadcast 4096"]
         assert sent == model
     # Every byte sent is received: the ring's total is n x the per-rank model.
-    total = sum(res["bytes"]["all_reduce 1000"][0] for res in results)
-    assert total == 2 * (world_size - 1) * 4000
+    total = sum(res["bytes"]["all_reduce 1001"][0] for res in results)
+    assert total == 2 * (world_size - 1) * 4 * 1001
     # The root of the tree sends ceil(log2 n) copies, leaves none.
     assert results[1]["bytes"]["broadcast 4096"][0] == 4 * 4096 * (world_size - 1).bit_length()
