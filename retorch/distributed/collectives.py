@@ -4,8 +4,8 @@ Mirrors the collectives of torch/distributed/distributed_c10d.py (``all_reduce``
 ``broadcast``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``), which hand the whole
 operation to the backend (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, gloo's ring and
 tree algorithms). torch 2.13 deprecates the last two names in favour of ``all_gather_single``
-and ``reduce_scatter_single``, the same operations. Here each is written out with ``isend``/``irecv`` between ranks, so the
-messages are visible and countable:
+and ``reduce_scatter_single``, the same operations. Here each is written out with
+``isend``/``irecv`` between ranks, so the messages are visible and countable:
 
 - ``reduce_scatter``: the tensor is cut into n chunks; for n-1 steps every rank sends one
   chunk to its right neighbour and adds the chunk arriving from its left one. Chunk r travels
