@@ -17,6 +17,7 @@ import torch
 import retorch.nn as rn
 import retorch.optim as ro
 from retorch.distributed import fsdp
+from retorch.distributed.collectives import count_bytes
 from retorch.distributed.launch import launch
 from retorch.nn.parallel import DistributedDataParallel as DDP
 
@@ -81,7 +82,8 @@ def _sharded_training(rank: int, world: int, steps: int) -> dict:
         max_torch = max(max_torch, max((a - b).abs().max().item() for a, b in zip(full, tfull)))
     # Memory held per rank at rest (after an Adam step, gradients kept): sharded against DDP.
     adam = ro.Adam(ours.parameters(), lr=1e-2)
-    _loss(ours, *_batches(0, world)[rank]).backward()
+    with count_bytes() as sent:  # one forward and backward: what a step costs in messages
+        _loss(ours, *_batches(0, world)[rank]).backward()
     adam.step()
     sharded = _held(list(ours.parameters()), adam, extra=[u.full for u in units])
     ddp_model = DDP(_mlp(seed=0))
@@ -100,6 +102,7 @@ def _sharded_training(rank: int, world: int, steps: int) -> dict:
         ddp=ddp,
         shard_numels=[u.flat_param.numel() for u in units],
         gathered_peak=units[0].gathered.peak,
+        sent_per_step=sent.bytes,
         gathered_now=units[0].gathered.now,
     )
 
@@ -133,3 +136,6 @@ def test_sharded_training_equals_single_process_and_fully_shard(world_size, step
         # and one other unit at a time, the larger one (154 parameters, padded): never all.
         assert res["gathered_peak"] == 4 * world_size * (shards[2] + shards[1])
         assert res["gathered_now"] == 0
+        # ZeRO-3's cost: per unit two all-gathers (forward, backward) and one reduce-scatter,
+        # each sending n-1 shards: 3(n-1)/n of the model against DDP's 2(n-1)/n.
+        assert res["sent_per_step"] == 3 * (world_size - 1) * 4 * sum(shards)
