@@ -12,6 +12,10 @@ module                         mirrors
 ``dispatcher``                 ``aten/src/ATen/core/dispatch/Dispatcher.cpp``
 ``library``                    ``torch/library.py``
 ``_ops``                       ``torch/_ops.py``
+``native_functions``           ``aten/src/ATen/native/native_functions.yaml``
+``variable_type``              ``tools/autograd/templates/VariableType.cpp``
+``tensor``                     ``torch/_tensor.py``, ``c10/core/TensorImpl.h``
+``overrides``                  ``torch/overrides.py``
 =============================  =====================================================
 
 Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom layers) and

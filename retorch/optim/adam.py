@@ -126,6 +126,9 @@ class Adam(Optimizer):
                     torch.zeros((), dtype=_get_scalar_dtype(is_fused=True), device=p.device)
                     if group["fused"]
                     else torch.tensor(0.0, dtype=_get_scalar_dtype())
+                    if isinstance(p, torch.Tensor)
+                    # a tensor-like (chapter 5's retorch.Tensor) makes its own counter
+                    else p.new_zeros((), dtype=_get_scalar_dtype())
                 )
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -255,7 +258,10 @@ def _multi_tensor_adam(
         grads = torch._foreach_neg(grads)
     # One tensor 1.0 for the whole list, as torch does: a Python 1 would be wrapped into a new
     # tensor for each CPU step tensor.
-    torch._foreach_add_(state_steps, torch.tensor(1.0), alpha=1.0)
+    if isinstance(state_steps[0], torch.Tensor):
+        torch._foreach_add_(state_steps, torch.tensor(1.0), alpha=1.0)
+    else:  # a tensor-like's own counters (chapter 5's retorch.Tensor): no torch tensor
+        torch._foreach_add_(state_steps, 1.0)
     if weight_decay != 0:
         if decoupled_weight_decay:
             torch._foreach_mul_(params, 1 - lr * weight_decay)

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from retorch.autograd import grad_mode as _autograd_grad_mode
+
 
 class _RequiredParameter:
     def __repr__(self) -> str:
@@ -33,11 +35,13 @@ def _use_grad_for_differentiable(func):
     @functools.wraps(func)
     def _use_grad(self, *args, **kwargs):
         prev_grad = torch.is_grad_enabled()
-        try:
-            torch.set_grad_enabled(self.defaults["differentiable"])
-            return func(self, *args, **kwargs)
-        finally:
-            torch.set_grad_enabled(prev_grad)
+        # retorch.autograd's grad mode too: parameters recorded by chapter 3's engine
+        with _autograd_grad_mode.set_grad_enabled(self.defaults["differentiable"]):
+            try:
+                torch.set_grad_enabled(self.defaults["differentiable"])
+                return func(self, *args, **kwargs)
+            finally:
+                torch.set_grad_enabled(prev_grad)
 
     return _use_grad
 
@@ -129,7 +133,9 @@ class Optimizer:
                 )
             param_group["param_names"] = names
         for param in param_group["params"]:
-            if not isinstance(param, torch.Tensor):
+            # a tensor-like (torch.overrides.is_tensor_like: defines __torch_function__) too:
+            # chapter 5's retorch.Tensor steps through its own dispatcher
+            if not torch.overrides.is_tensor_like(param):
                 raise TypeError(
                     f"optimizer can only optimize Tensors, but one of the params is {torch.typename(param)}"
                 )
