@@ -156,3 +156,15 @@ def test_constant_tensor_is_stored_on_the_module():
     gm = quiet_trace(mlp, example(mlp, 0))
     assert [n.op for n in gm.graph.nodes].count("get_attr") == 1
     assert torch.equal(gm._tensor_constant0, W)
+
+
+def test_a_module_traces_as_torch_jit_trace():
+    """Parameters are constants of the trace; new inputs give torch.jit.trace's values."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    x, new = example(clip, 0)[0], example(clip, 1)[0]
+    ours, theirs = quiet_trace(model, (x,)), torch_trace(model, (x,))
+    assert [n.op for n in ours.graph.nodes].count("get_attr") == 4  # two weights, two biases
+    with torch.no_grad():
+        torch.testing.assert_close(ours(new), theirs(new), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(ours(new), model(new), rtol=0, atol=0)

@@ -6,11 +6,14 @@ aten ops into a TorchScript graph; this one is a `TorchFunctionMode` that record
 call (a function or a Tensor method) into a retorch.fx Graph, so the result prints as Python.
 What a tracer cannot see it bakes in, as torch's does: a branch on a tensor is decided by the
 examples, and a tensor turned into a Python value (`bool`, `float`, `.item()`, `len`) becomes
-a constant, with torch's `TracerWarning`. Left out: `check_trace` (torch runs the trace a
-second time and compares), modules, and sizes traced as values (torch records `x.shape[0]` as
+a constant, with torch's `TracerWarning`. A module's parameters and buffers, like any tensor
+from outside the inputs, are stored on the result as constants (torch keeps them as the
+traced module's attributes). Left out: `check_trace` (torch runs the trace a second time and
+compares), and sizes traced as values (torch records `x.shape[0]` as
 `aten::size`; here it is a constant).
 """
 
+import inspect
 import operator
 import warnings
 
@@ -100,7 +103,8 @@ def trace(func, example_inputs) -> GraphModule:
         example_inputs = (example_inputs,)
     graph = Graph()
     recorder = _Recorder(graph)
-    params = list(func.__code__.co_varnames[: len(example_inputs)])
+    forward = func.forward if isinstance(func, torch.nn.Module) else func
+    params = list(inspect.signature(forward).parameters)  # a module's tensors: constants
     for p, x in zip(params, example_inputs):
         recorder.bind(x, graph.placeholder(p))
     with recorder:
@@ -108,4 +112,5 @@ def trace(func, example_inputs) -> GraphModule:
     graph.output(tree_map(lambda v: recorder.node_of(v) if isinstance(v, torch.Tensor) else v,
                           out))  # fmt: skip
     graph.eliminate_dead_code()  # the ops that fed only a branch or a Python value
-    return GraphModule(recorder.constants, graph, class_name=func.__name__)
+    return GraphModule(recorder.constants, graph,
+                       class_name=getattr(func, "__name__", type(func).__name__))  # fmt: skip
