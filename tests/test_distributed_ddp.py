@@ -140,6 +140,38 @@ class _TorchBranches(torch.nn.Module):
     forward = _Branches.forward
 
 
+BUCKET_TEST_SIZES = [300_000, 10, 70_000, 1, 262_144, 262_144, 5, 600_000, 5_400_000, 10]
+
+
+def _flat(nn):
+    class Flat(nn.Module):
+        def __init__(self, sizes):
+            super().__init__()
+            for i, n in enumerate(sizes):
+                setattr(self, f"p{i}", nn.Parameter(torch.zeros(n)))
+
+        def forward(self, x):
+            return sum(p.sum() for p in self.parameters()) * x
+
+    return Flat(BUCKET_TEST_SIZES)
+
+
+def _logged_bucket_sizes(rank: int, world: int) -> dict:
+    ours = DDP(_flat(rn), find_unused_parameters=True)
+    theirs = torch.nn.parallel.DistributedDataParallel(_flat(torch.nn), find_unused_parameters=True)
+    return dict(
+        ours=", ".join(str(4 * b.buffer.numel()) for b in ours.reducer.buckets),
+        theirs=theirs._get_ddp_logging_data()["bucket_sizes"],
+    )
+
+
+def test_default_buckets_equal_torch_reducers_logged_buckets():
+    # With find_unused_parameters=True torch 2.13 buckets at construction by the 1 MiB / 25 MiB
+    # rule, and its Reducer logs the sizes: "40, 26377216, 1200000" bytes for these tensors.
+    ours, theirs = launch(_logged_bucket_sizes, 2, timeout=60)[0].values()
+    assert ours == theirs and len(theirs.split(",")) == 3
+
+
 def _unused_parameters(rank: int, world: int) -> dict:
     torch.manual_seed(0)
     ours_m, theirs_m = _Branches(), _TorchBranches()
