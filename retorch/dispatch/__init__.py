@@ -16,6 +16,7 @@ module                         mirrors
 ``variable_type``              ``tools/autograd/templates/VariableType.cpp``
 ``tensor``                     ``torch/_tensor.py``, ``c10/core/TensorImpl.h``
 ``overrides``                  ``torch/overrides.py``
+``autocast_mode``              ``aten/src/ATen/autocast_mode.cpp``
 =============================  =====================================================
 
 Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom layers) and

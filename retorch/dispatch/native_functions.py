@@ -47,6 +47,7 @@ SCHEMAS = [
     "copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
     "clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor",
     "detach(Tensor(a) self) -> Tensor(a)",
+    "_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
     "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor",
     "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
     "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor",
@@ -167,6 +168,9 @@ EXPLICIT = {
     "copy_": _inplace(lambda x, src, non_blocking=False: _o.copy_(x, _r(src))),
     "sum": _sum,  # torch: CompositeExplicitAutograd, plus a Meta kernel
     "mean": _mean,  # the same
+    "_to_copy": lambda self, dtype=None, **_: _w(
+        _o.clone(self.data) if dtype is None else self.data.to(dtype=dtype)
+    ),
 }
 
 
@@ -234,9 +238,9 @@ def _register() -> list:
     lib.impl("mean", _mean, "Meta")
     for name, fn in IMPLICIT.items():
         lib.impl(name, fn, "CompositeImplicitAutograd")
-    from . import variable_type
+    from . import autocast_mode, variable_type
 
-    return [lib] + variable_type.register()
+    return [lib] + variable_type.register() + autocast_mode.register()
 
 
 LIBRARIES = _register()  # kept alive: destroying them would deregister the kernels

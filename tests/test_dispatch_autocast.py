@@ -1,0 +1,119 @@
+"""Autocast as a dispatch key beside torch.autocast (CPU): which ops cast, in which direction.
+
+retorch.tensor has no bfloat16/float16, so retorch's autocast lowers float64 to float32 where
+torch lowers float32 to bfloat16; the comparison is of the policy: for each op, does autocast
+lower its inputs' precision, raise it, or leave it (torch: float32 in -> bfloat16 out is
+"lower", bfloat16 in -> float32 out is "raise"; retorch: float64 -> float32, float32 -> float64).
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import retorch.tensor as rt
+from retorch.dispatch import native_functions as nf
+from retorch.dispatch.autocast_mode import autocast, is_autocast_enabled
+from retorch.dispatch.dispatch_key import DispatchKey
+from retorch.dispatch.local_dispatch_key_set import tls_local_dispatch_key_set
+from retorch.dispatch.tensor import Tensor
+
+aten = nf.aten
+TARGET = [0, 2, 1, 0]
+OPS = {
+    "mm": lambda x, w: x.mm(w.t()),
+    "matmul": lambda x, w: x @ w.t(),
+    "linear": lambda x, w: F.linear(x, w),
+    "add": lambda x, w: x + x,
+    "relu": lambda x, w: x.relu(),
+    "softmax": lambda x, w: x.softmax(1),
+    "log_softmax": lambda x, w: x.log_softmax(1),
+    "exp": lambda x, w: x.exp(),
+    "sum": lambda x, w: x.sum(),
+    "mean": lambda x, w: x.mean(),
+    "nll_loss": None,  # needs a target: below
+}
+
+
+def _run(name, x, w, target):
+    if name == "nll_loss":
+        return F.nll_loss(x, target) if isinstance(x, torch.Tensor) else aten.nll_loss(x, target)
+    return OPS[name](x, w)
+
+
+def _torch_policy(name):
+    rng = np.random.default_rng(0)
+    x, w = torch.tensor(rng.standard_normal((4, 3))), torch.tensor(rng.standard_normal((5, 3)))
+    target = torch.tensor(TARGET)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        down = _run(name, x.float(), w.float(), target).dtype == torch.bfloat16
+        up = _run(name, x.bfloat16(), w.bfloat16(), target).dtype == torch.float32
+    return down, up
+
+
+def _retorch_policy(name):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
+    target = Tensor(rt.tensor(np.array(TARGET)))
+    with autocast("cpu"):
+        hi = _run(name, Tensor(rt.tensor(x)), Tensor(rt.tensor(w)), target)
+        lo = _run(name, Tensor(rt.tensor(x.astype(np.float32))),
+                  Tensor(rt.tensor(w.astype(np.float32))), target)  # fmt: skip
+    return hi.data.dtype is rt.float32, lo.data.dtype is rt.float64
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_cast_policy_as_torch(name):
+    assert _retorch_policy(name) == _torch_policy(name)
+
+
+def test_autocast_rows_as_torch():
+    for name in ("mm", "matmul", "linear", "nll_loss", "add.Tensor", "_to_copy"):
+        ours = aten_row(name)
+        line = [
+            ln for ln in torch._C._dispatch_dump_table(f"aten::{name}").splitlines()
+            if ln.startswith("AutocastCPU:")
+        ][0]  # fmt: skip
+        assert ours == (line.split("[")[-1].rstrip("]"), "fallthrough" in line), name
+
+
+def aten_row(name):
+    from retorch.dispatch.dispatcher import get_dispatcher
+
+    for line in get_dispatcher().find_schema_or_throw(f"aten::{name}").dump_table().splitlines():
+        if line.startswith("AutocastCPU:"):
+            return line.split("[")[-1].rstrip("]"), "fallthrough" in line
+    return None
+
+
+def test_autocast_key_is_excluded_outside_and_gradients_keep_param_dtype():
+    assert not is_autocast_enabled("cpu")
+    before = tls_local_dispatch_key_set()
+    rng = np.random.default_rng(1)
+    x = Tensor(rt.tensor(rng.standard_normal((4, 3))))
+    w = Tensor(rt.tensor(rng.standard_normal((5, 3))), requires_grad=True)
+    tx = torch.tensor(x.numpy()).float()
+    tw = torch.tensor(w.numpy()).float().requires_grad_()
+    with autocast("cpu"):
+        assert is_autocast_enabled("cpu")
+        assert not tls_local_dispatch_key_set()[1].has(DispatchKey.AutocastCPU)
+        y = F.linear(x, w)
+        loss = (y * y).sum()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ty = F.linear(tx, tw)
+        tloss = (ty * ty).sum()
+    assert tls_local_dispatch_key_set() == before
+    loss.backward()
+    tloss.backward()
+    assert y.data.dtype is rt.float32 and ty.dtype == torch.bfloat16  # computed low
+    assert w.grad.data.dtype is rt.float64 and tw.grad.dtype == torch.float32  # grads: param's
+    assert y.grad_fn.name() == "MmBackward0" or y.grad_fn.name().endswith("Backward0")
+    expected = 2 * (x.numpy().astype(np.float32) @ w.numpy().astype(np.float32).T).T @ x.numpy()
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)
+
+
+def test_autocast_misuse():
+    with pytest.raises(RuntimeError, match="unsupported autocast device_type 'tpu'"):
+        autocast("tpu")
+    with pytest.raises(RuntimeError, match="lowers float64 to float32 only"):
+        autocast("cpu", dtype=rt.float64)
