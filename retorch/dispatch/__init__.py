@@ -17,6 +17,7 @@ module                         mirrors
 ``tensor``                     ``torch/_tensor.py``, ``c10/core/TensorImpl.h``
 ``overrides``                  ``torch/overrides.py``
 ``autocast_mode``              ``aten/src/ATen/autocast_mode.cpp``
+``backend_registration``       ``torch/utils/backend_registration.py``
 =============================  =====================================================
 
 Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom layers) and

@@ -68,16 +68,18 @@ class _Device(str):
 class Tensor(AutogradTensor):
     """A ``retorch.tensor.Tensor`` in ``data``, autograd metadata, and dispatch keys."""
 
-    __slots__ = ("_key_set",)
+    __slots__ = ("_key_set", "_device")
 
-    def __init__(self, data, requires_grad: bool = False, grad_fn=None) -> None:
+    def __init__(self, data, requires_grad: bool = False, grad_fn=None, *, device=None) -> None:
         if not isinstance(data, rt.Tensor):
             raise TypeError(
                 f"retorch.Tensor wraps a retorch.tensor.Tensor, got {type(data).__name__}: "
                 f"use retorch.dispatch.tensor(...) to make one from values"
             )
         super().__init__(data, requires_grad, grad_fn)
-        self._key_set = key_set_for_device(data.device)
+        # a backend outside retorch.tensor (backend_registration.py) names its own device
+        self._device = data.device if device is None else device
+        self._key_set = key_set_for_device(self._device)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -88,7 +90,7 @@ class Tensor(AutogradTensor):
 
     @property
     def device(self) -> _Device:
-        return _Device(self.data.device)
+        return _Device(self._device)
 
     @property
     def key_set(self) -> DispatchKeySet:
