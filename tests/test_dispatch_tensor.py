@@ -176,3 +176,22 @@ def test_misuse_raises_clear_errors():
     x = Tensor(rt.ones((2, 2)))
     with pytest.raises(NotImplementedError, match="matmul handles 2-D @ 2-D"):
         x.view(4) @ x
+
+
+def test_cuda_tensors_dispatch_to_the_numba_cuda_kernels():
+    """CUDA keys route to retorch.tensor's Numba-CUDA kernels (the simulator without a GPU)."""
+    rng = np.random.default_rng(0)
+    xv, wv = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
+    x = Tensor(rt.tensor(xv).to(device="cuda"))
+    w = Tensor(rt.tensor(wv).to(device="cuda"), requires_grad=True)
+    target = Tensor(rt.tensor(np.array([0, 1, 2, 3])).to(device="cuda"))
+    assert repr(x.key_set) == "DispatchKeySet(CUDA, ADInplaceOrView, AutogradCUDA, AutocastCUDA)"
+    loss = F.cross_entropy(F.relu(F.linear(x, w)), target)
+    loss.backward()
+    tw = torch.tensor(wv, requires_grad=True)
+    tl = F.cross_entropy(F.relu(F.linear(torch.tensor(xv), tw)), torch.tensor([0, 1, 2, 3]))
+    tl.backward()
+    assert loss.data.device == w.grad.data.device == "cuda"
+    assert abs(loss.item() - tl.item()) < 1e-12
+    grad = w.grad.data.to(device="cpu").numpy()
+    np.testing.assert_allclose(grad, tw.grad.numpy(), rtol=1e-10, atol=1e-14)
