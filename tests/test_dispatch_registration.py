@@ -256,3 +256,26 @@ def test_boxed_fallback_for_every_operator():
         assert handle(x) is x
         assert seen == [(f"{NS}::op", "PrivateUse1", 2)]
     assert not handle.has_computed_kernel_for_dispatch_key("PrivateUse1")
+
+
+def test_every_torch_schema_round_trips():
+    """Each of the ~3,600 schemas torch registers parses and prints back exactly as torch prints
+    it, but varargs (``...``), a string default with escapes, and one schema that names an
+    argument twice (retorch refuses that one)."""
+    done = 0
+    for name in torch._C._dispatch_get_all_op_names():
+        base, _, overload = name.partition(".")
+        try:
+            text = str(torch._C._get_schema(base, overload))
+        except RuntimeError:
+            continue
+        if "..." in text or "\\" in text:
+            continue
+        try:
+            parsed = parse_schema(text)
+        except ValueError as e:
+            assert "twice" in str(e), text
+            continue
+        assert str(parsed) == text
+        done += 1
+    assert done > 3500

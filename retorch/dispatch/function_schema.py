@@ -52,9 +52,16 @@ class Argument:
         return text + (f"={_default_str(self.default)}" if self.has_default else "")
 
 
+class _Quoted(str):
+    """A string default written in quotes (``str padding="valid"``), kept apart from a bare
+    name (``MemoryFormat memory_format=contiguous_format``) so both print back as written."""
+
+
 def _default_str(value) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return f"{int(value)}."  # torch prints 0.0 as "0."
+    if isinstance(value, _Quoted):
+        return f'"{value}"'
+    if isinstance(value, float):  # torch prints 17 significant digits, 0.0 as "0."
+        return f"{int(value)}." if value.is_integer() else f"{value:.17g}"
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
@@ -82,7 +89,7 @@ class FunctionSchema:
                 args.append("*")
                 star = True
             args.append(str(a))
-        if len(self.returns) == 1 and not self.returns[0].name:
+        if len(self.returns) == 1:
             rets = str(self.returns[0])
         else:
             rets = "(" + ", ".join(str(r) for r in self.returns) + ")"
@@ -133,6 +140,8 @@ def _parse_default(text: str):
     if text.startswith("[") and text.endswith("]"):
         inner = text[1:-1].strip()
         return [_parse_default(x) for x in inner.split(",")] if inner else []
+    if text[:1] in "'\"":
+        return _Quoted(ast.literal_eval(text))
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
