@@ -108,3 +108,19 @@ def test_alias_expansion_and_parse_errors():
         assert "'CPUU'" in str(e)
     else:
         raise AssertionError("no error for an unknown key")
+
+
+def test_guards_change_tls_as_torch_guards():
+    """The same guard on both sides leaves the same excluded and included sets, then restores."""
+    ag = DispatchKeySet(DispatchKey.AutogradCPU)
+    with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(TK.AutogradCPU)):
+        with local.ExcludeDispatchKeyGuard(ag):
+            ours = local.tls_local_dispatch_key_set()[1]
+            assert ours.raw_repr() == torch._C._dispatch_tls_local_exclude_set().raw_repr()
+    with torch._C._IncludeDispatchKeyGuard(TK.Python):
+        with local.IncludeDispatchKeyGuard(DispatchKey.Python):
+            ours = local.tls_local_dispatch_key_set()[0]
+            assert ours.raw_repr() == torch._C._dispatch_tls_local_include_set().raw_repr()
+    assert local.tls_local_dispatch_key_set()[1].raw_repr() == (
+        torch._C._dispatch_tls_local_exclude_set().raw_repr()
+    )

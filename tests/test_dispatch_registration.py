@@ -182,6 +182,14 @@ def test_registration_errors_name_operator_and_key():
             rlib.Library(NS, "DEF")
     with pytest.raises(RuntimeError, match="Cannot define an operator inside of a TORCH_LIB"):
         rlib.Library(NS, "IMPL").define(SCHEMA)
+    with pytest.raises(
+        RuntimeError, match=r"dispatch key \(Meta\) is inconsistent with .* \(CPU\)"
+    ):
+        rlib.Library(NS, "IMPL", "CPU").impl("op", _kernel(0), "Meta")
+    with pytest.raises(RuntimeError, match="fallback\\(\\) registers for every namespace"):
+        rlib.Library(NS, "IMPL", "CPU").fallback(lambda op, ks, stack: None)
+    with pytest.raises(ValueError, match="Unsupported kind: 'DEFINE'"):
+        rlib.Library(NS, "DEFINE")
     with pytest.raises(RuntimeError, match="Could not find schema for rtdisp::op"):
         Dispatcher.singleton().find_schema_or_throw(f"{NS}::op")
     assert f"{NS}::op" not in Dispatcher.singleton().operators  # destroyed: nothing left
