@@ -1,0 +1,25 @@
+"""retorch.aot: AOTAutograd rebuilt: a joint forward+backward graph, functionalized, partitioned.
+
+Each file names the torch v2.13.0 file it mirrors:
+
+| retorch/aot/          | torch/                                                          |
+| --------------------- | --------------------------------------------------------------- |
+| graph_capture.py      | _functorch/_aot_autograd/graph_capture_wrappers.py (create_joint),|
+|                       | _functorch/_aot_autograd/graph_capture.py, fx/experimental/proxy_tensor.py |
+| functional_utils.py   | _functorch/_aot_autograd/functional_utils.py,                   |
+|                       | _subclasses/functional_tensor.py                                |
+| partitioners.py       | _functorch/partitioners.py (default_partition, min-cut's role)  |
+| aot_autograd.py       | _functorch/aot_autograd.py (aot_function),                      |
+|                       | _functorch/_aot_autograd/runtime_wrappers.py (CompiledFunction) |
+
+Graphs are retorch.fx Graphs and GraphModules. Layering: the compiler layer, on torch and
+retorch.fx only.
+"""
+
+from .aot_autograd import AOTCompiled, aot_function
+from .functional_utils import functionalize
+from .graph_capture import JointGraph, trace_joint
+from .partitioners import RECOMPUTABLE_OPS, default_partition, recompute_partition, saved_values
+
+__all__ = ["AOTCompiled", "JointGraph", "RECOMPUTABLE_OPS", "aot_function", "default_partition",
+           "functionalize", "recompute_partition", "saved_values", "trace_joint"]  # fmt: skip
