@@ -18,7 +18,7 @@ import time
 import torch
 
 import retorch.tensor as rt
-from bench.bench_optim import gpu_skip_reason
+from bench.gpu import gpu_skip_reason
 
 
 def run(quick: bool = False) -> dict:

@@ -22,6 +22,7 @@ import time
 import torch
 
 import retorch.optim as ro
+from bench.gpu import gpu_skip_reason
 
 IMPLS = {
     "torch loop": (torch.optim.Adam, dict(foreach=False)),
@@ -46,17 +47,6 @@ GPU_IMPLS = {
     "torch foreach": (torch.optim.Adam, dict(foreach=True)),
     "retorch fused (numba-cuda)": (ro.Adam, dict(fused=True)),
 }
-
-
-def gpu_skip_reason() -> str | None:
-    """Why the GPU section cannot run here, or None when it can."""
-    from retorch.cuda import simulator_enabled
-
-    if not torch.cuda.is_available():
-        return "no GPU on this machine (torch.cuda.is_available() is False)"
-    if simulator_enabled():
-        return "the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): kernels would not run on the GPU"
-    return None
 
 
 def run_gpu(quick: bool = False) -> dict:

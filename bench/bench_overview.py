@@ -19,6 +19,7 @@ import time
 import numpy as np
 import torch
 
+from bench.gpu import gpu_skip_reason
 from retorch.overview import add_cpu
 from retorch.overview.kernels import add_kernel, launch_geometry
 
@@ -70,8 +71,6 @@ def run(quick: bool = False) -> dict:
 
 def run_gpu(quick: bool = False) -> dict:
     """The add kernel against torch.add on the GPU, in TB/s, or why it was skipped."""
-    from bench.bench_optim import gpu_skip_reason
-
     reason = gpu_skip_reason()
     if reason:
         return {"skipped": reason}

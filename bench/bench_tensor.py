@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import retorch.tensor as rt
-from bench.bench_optim import gpu_skip_reason
+from bench.gpu import gpu_skip_reason
 
 
 def _sample_ms(fn, samples: list, number: int = 1) -> None:
