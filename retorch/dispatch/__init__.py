@@ -37,6 +37,31 @@ from .local_dispatch_key_set import (
     tls_local_dispatch_key_set,
 )
 
+#: Names that import retorch.tensor (Numba) on first use, so the keys and the dispatcher stay
+#: cheap to import: ``retorch.dispatch.Tensor``, ``.aten`` (registers the aten library)...
+_LAZY = {
+    "Tensor": "tensor",
+    "tensor": "tensor",
+    "to_retorch": "tensor",
+    "collate": "tensor",
+    "aten": "native_functions",
+    "autocast": "autocast_mode",
+    "ArenaBackend": "backend_registration",
+    "rename_privateuse1_backend": "backend_registration",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        if name != "aten":
+            importlib.import_module(f"{__name__}.native_functions")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BackendComponent",
     "Dispatcher",
