@@ -195,3 +195,22 @@ def test_cuda_tensors_dispatch_to_the_numba_cuda_kernels():
     assert abs(loss.item() - tl.item()) < 1e-12
     grad = w.grad.data.to(device="cpu").numpy()
     np.testing.assert_allclose(grad, tw.grad.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_sgd_with_zeroed_grads_as_torch():
+    """``zero_grad(set_to_none=False)`` zeroes retorch grads in place through the dispatcher."""
+    from retorch.optim import SGD
+
+    (w, tw) = _pair((3, 2), 5)
+    opt, topt = SGD([w], lr=0.1, momentum=0.9), torch.optim.SGD([tw], lr=0.1, momentum=0.9)
+    for _ in range(3):
+        opt.zero_grad(set_to_none=False)
+        topt.zero_grad(set_to_none=False)
+        (w * w).sum().backward()
+        (tw * tw).sum().backward()
+        opt.step()
+        topt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-13, atol=1e-15)
+    assert isinstance(w.grad, Tensor) and w.grad.grad_fn is None
+    with pytest.raises(RuntimeError, match="Can't detach views in-place"):
+        w.t().detach_()

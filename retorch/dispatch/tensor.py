@@ -121,6 +121,19 @@ class Tensor(AutogradTensor):
     def detach(self) -> Tensor:
         return _aten().detach(self)
 
+    def detach_(self) -> Tensor:
+        """Cut this tensor from its graph in place: a leaf with no grad (``Tensor.detach_``)."""
+        if self._base is not None:
+            raise RuntimeError(
+                "Can't detach views in-place. Use detach() instead. If you are using "
+                "DistributedDataParallel (DDP) for training, and gradient_as_bucket_view is set "
+                "as True, gradients are views of DDP buckets, and hence detach_() cannot be "
+                "called on these gradients. To fix this error, please refer to the "
+                "Optimizer.zero_grad() function in torch/optim/optimizer.py as the solution."
+            )
+        self._grad_fn, self.requires_grad = None, False
+        return self
+
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         super().requires_grad_(requires_grad)
         return self
