@@ -313,3 +313,65 @@ def test_recompute_partition_saves_as_many_tensors_as_torchs_min_cut_on_the_corp
     # but on these functions the two agree: pointwise_chain 5 -> 3, multiple_outputs 3 -> 2
     counts = saved_counts(name)
     assert counts["recompute"] == counts["torch_min_cut"]
+
+
+UNARY = [torch.sin, torch.cos, torch.tanh, torch.neg, torch.relu, torch.sigmoid]
+BINARY = [torch.add, torch.sub, torch.mul]
+
+
+@st.composite
+def programs(draw):
+    """A random straight-line program over inputs x, y: (op index, operand indices) steps."""
+    steps = []
+    for k in range(draw(st.integers(1, 8))):
+        live = k + 2  # x, y and the k values computed so far
+        if draw(st.booleans()):
+            steps.append(
+                (UNARY, draw(st.integers(0, len(UNARY) - 1)), draw(st.integers(0, live - 1)))
+            )
+        else:
+            a, b = draw(st.integers(0, live - 1)), draw(st.integers(0, live - 1))
+            steps.append((BINARY, draw(st.integers(0, len(BINARY) - 1)), a, b))
+    two_outputs = draw(st.booleans()) and len(steps) > 1
+    return steps, two_outputs
+
+
+def program_function(steps, two_outputs):
+    def fn(x, y):
+        vals = [x, y]
+        for table, op, *operands in steps:
+            vals.append(table[op](*(vals[i] for i in operands)))
+        return (vals[-1], vals[-2]) if two_outputs else vals[-1]
+
+    return fn
+
+
+@settings(max_examples=15)
+@given(program=programs(), seed=st.integers(0, 2**16))
+def test_random_programs_partition_as_torch_and_run_as_eager(program, seed):
+    fn = program_function(*program)
+    g = torch.Generator().manual_seed(seed)
+    args = [torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in "xy"]
+    theirs = run_torch(fn, args, torch_default_partition)
+    n_out = theirs["num_fwd_outputs"]
+    default = run_ours(fn, args, default_partition)
+    recompute = run_ours(fn, args, recompute_partition)
+    assert ops(default.joint.module) == ops(theirs["joint"])
+    assert saved_values(default.fw_module, n_out) == saved_values(theirs["fw"], n_out)
+    assert num_saved(recompute.fw_module, n_out) <= num_saved(default.fw_module, n_out)
+    assert saved_bytes(recompute.fw_module, n_out) <= saved_bytes(default.fw_module, n_out)
+    for partition in (default_partition, recompute_partition):
+        compiled = aot_function(fn, lambda gm, ex: gm, partition_fn=partition)
+        results = []
+        for f in (fn, compiled):
+            xs = [a.detach().clone().requires_grad_() for a in args]
+            out = f(*xs)
+            outs = out if isinstance(out, tuple) else (out,)
+            torch.autograd.backward([o for o in outs if o.requires_grad],
+                                    [torch.ones_like(o) for o in outs if o.requires_grad])  # fmt: skip
+            results.append([o.detach() for o in outs] + [x.grad for x in xs])
+        for a, b in zip(*results):
+            if a is None or b is None:
+                assert a is None and b is None
+            else:
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
