@@ -375,3 +375,28 @@ def test_random_programs_partition_as_torch_and_run_as_eager(program, seed):
                 assert a is None and b is None
             else:
                 torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def packed_at_runtime(f, args) -> int:
+    """How many tensors autograd saves while `f` runs (saved_tensors_hooks count the packs)."""
+    f(*[a.detach().clone().requires_grad_(a.requires_grad) for a in args])  # trace, compile
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        f(*[a.detach().clone().requires_grad_(a.requires_grad) for a in args])
+    return len(packed)
+
+
+def boxed(gm, example_inputs):
+    return make_boxed_func(gm.forward)
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_the_autograd_function_saves_at_runtime_what_torchs_does(name):
+    fn, args = CORPUS[name][0], make_args(name)
+    for ours, theirs in [
+        (default_partition, torch_default_partition),
+        (recompute_partition, min_cut_rematerialization_partition),
+    ]:
+        mine = packed_at_runtime(aot_function(fn, boxed, partition_fn=ours), args)
+        torchs = packed_at_runtime(torch_aot_function(fn, boxed, boxed, partition_fn=theirs), args)
+        assert mine == torchs

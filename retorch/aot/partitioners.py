@@ -23,9 +23,9 @@ forward backwards, once: a *cheap* node (an arithmetic pointwise op or an alias,
 being saved and is recomputed in the backward from its inputs when that does not increase the
 saved bytes nor the number of saved tensors. Ties are taken: a move that neither saves nor
 costs (GELU's `add_1 = tanh + 1`: save `tanh` instead) opens the way for later ones that do;
-taking strict gains only, GELU would save 3 (`primals_1`, `detach`, `add_1`), not 2. It is greedy (one pass, one
-node at a time), so it may miss a cut that only pays after several moves; it never saves more
-than the default. The allowlist matters: with `tanh` allowed, GELU would save `primals_1` alone
+taking strict gains only, GELU would save 3 (`primals_1`, `detach`, `add_1`), not 2. It is
+greedy (one pass, one node at a time), so it may miss a cut that only pays after several
+moves; it never saves more than the default. The allowlist matters: with `tanh` allowed, GELU would save `primals_1` alone
 and recompute the whole chain; torch's min-cut (and this rule) save `primals_1` and `tanh`.
 """
 
