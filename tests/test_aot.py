@@ -400,3 +400,25 @@ def test_the_autograd_function_saves_at_runtime_what_torchs_does(name):
         mine = packed_at_runtime(aot_function(fn, boxed, partition_fn=ours), args)
         torchs = packed_at_runtime(torch_aot_function(fn, boxed, boxed, partition_fn=theirs), args)
         assert mine == torchs
+
+
+def test_aot_imports_only_torch_fx_and_itself():
+    """The compiler layer: retorch.aot builds on torch and retorch.fx, nothing below."""
+    import ast
+    import pathlib
+
+    import retorch.aot
+
+    root = pathlib.Path(retorch.aot.__file__).parent
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                assert (node.module or "").split(".")[0] == "fx", (
+                    f"{path}: imports retorch.{node.module}"
+                )
+            assert not (isinstance(node, ast.ImportFrom) and node.level > 2), path
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith("retorch") or name.startswith("retorch.fx"), path
