@@ -214,3 +214,15 @@ def test_sgd_with_zeroed_grads_as_torch():
     assert isinstance(w.grad, Tensor) and w.grad.grad_fn is None
     with pytest.raises(RuntimeError, match="Can't detach views in-place"):
         w.t().detach_()
+
+
+def test_trace_records_the_path_down_the_keys():
+    a, _ = _pair((2,), 0)
+    with get_dispatcher().trace() as seen:
+        a + a
+    assert seen == [("aten::add.Tensor", "AutogradCPU"), ("aten::add.Tensor", "CPU")]
+    with get_dispatcher().trace() as seen, no_grad():  # no_grad does not remove the key, as
+        out = a * 2  # in torch: the autograd kernel still runs, and records nothing
+    assert seen == [("aten::mul.Tensor", "AutogradCPU"), ("aten::mul.Tensor", "CPU")]
+    assert out.grad_fn is None
+    assert "_select" not in vars(get_dispatcher())  # the spy is removed after the block

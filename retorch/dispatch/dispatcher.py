@@ -20,6 +20,8 @@ kernel (``aten/src/ATen/core/MetaFallbackKernel.cpp``).
 
 from __future__ import annotations
 
+import contextlib
+
 from .dispatch_key import DispatchKey
 from .dispatch_key_set import (
     DispatchKeySet,
@@ -228,6 +230,25 @@ class Dispatcher:
             if not kernel.kernel.fallthrough:
                 return kernel.kernel, ks
             ks = ks.remove(k)  # a fallthrough: the key is skipped for this call
+
+    @contextlib.contextmanager
+    def trace(self):
+        """Record every kernel selected inside the block, in order, as ``(operator, key)``
+        pairs: the path of a call down the keys (what torch prints with
+        ``TORCH_SHOW_DISPATCH_TRACE=1`` in a debug build)."""
+        seen: list[tuple[str, str]] = []
+        select = self._select
+
+        def traced(handle: OperatorHandle, ks: DispatchKeySet):
+            kernel, ks = select(handle, ks)
+            seen.append((handle.name, ks.highest_priority_type_id().name))
+            return kernel, ks
+
+        self._select = traced
+        try:
+            yield seen
+        finally:
+            del self._select
 
     def call(self, handle: OperatorHandle, args: tuple, kwargs: dict):
         ks = self.compute_dispatch_key_set(handle, args, kwargs)
