@@ -422,3 +422,13 @@ def test_aot_imports_only_torch_fx_and_itself():
                 names = [node.module]
             for name in names:
                 assert not name.startswith("retorch") or name.startswith("retorch.fx"), path
+
+
+@pytest.mark.parametrize("name", ["linear_relu", "softmax", "inplace_intermediate"])
+def test_recompute_partition_recomputes_nothing_where_that_saves_nothing(name):
+    # here neither partitioner can save fewer tensors than the default: the same graphs result
+    fn, args = CORPUS[name][0], make_args(name)
+    default = run_ours(fn, args, default_partition)
+    recompute = run_ours(fn, args, recompute_partition)
+    assert ops(recompute.bw_module) == ops(default.bw_module)
+    assert saved_values(recompute.fw_module, 1) == saved_values(default.fw_module, 1)

@@ -23,9 +23,11 @@ forward backwards, once: a *cheap* node (an arithmetic pointwise op or an alias,
 being saved and is recomputed in the backward from its inputs when that does not increase the
 saved bytes nor the number of saved tensors. Ties are taken: a move that neither saves nor
 costs (GELU's `add_1 = tanh + 1`: save `tanh` instead) opens the way for later ones that do;
-taking strict gains only, GELU would save 3 (`primals_1`, `detach`, `add_1`), not 2. It is
-greedy (one pass, one node at a time), so it may miss a cut that only pays after several
-moves; it never saves more than the default. The allowlist matters: with `tanh` allowed, GELU would save `primals_1` alone
+taking strict gains only, GELU would save 3 (`primals_1`, `detach`, `add_1`), not 2. A second
+pass, in forward order, saves again each recomputed node whose saving costs nothing more, so
+that no op is recomputed for no gain (`relu` after a matmul stays saved). It is greedy (one
+node at a time), so it may miss a cut that only pays after several moves; it never saves more
+than the default. The allowlist matters: with `tanh` allowed, GELU would save `primals_1` alone
 and recompute the whole chain; torch's min-cut (and this rule) save `primals_1` and `tanh`.
 """
 
@@ -173,10 +175,17 @@ def recompute_partition(joint_module, _joint_inputs=None, *, num_fwd_outputs):
                       for a in n.all_input_nodes if a in forward}  # fmt: skip
     anchors = set(_save_candidates(forward_nodes))
     saved = _saved_set(forward, anchors, backward_reads)
-    for node in reversed(forward_nodes):
+    for node in reversed(forward_nodes):  # 1: stop saving a cheap node where that is free
         if node not in anchors or not _is_recomputable(node):
             continue
         trial = anchors - {node}
+        trial_saved = _saved_set(forward, trial, backward_reads)
+        if all(t <= c for t, c in zip(_cost(trial_saved), _cost(saved))):
+            anchors, saved = trial, trial_saved
+    for node in forward_nodes:  # 2: save again what pass 1 recomputes for no gain
+        if node in anchors or not _is_tensor(node):
+            continue
+        trial = anchors | {node}
         trial_saved = _saved_set(forward, trial, backward_reads)
         if all(t <= c for t, c in zip(_cost(trial_saved), _cost(saved))):
             anchors, saved = trial, trial_saved
