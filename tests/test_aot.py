@@ -64,6 +64,10 @@ def broadcast_sigmoid(x, b):
     return 1 / (1 + torch.exp(-(x + b)))
 
 
+def non_differentiable_output(x, c):
+    return x.sin() * c, c.cos()  # the second output needs no gradient: no tangent for it
+
+
 CORPUS = {
     "pointwise_chain": (pointwise_chain, lambda n, m: [(n, m), (n, m)], [True, True]),
     "gelu_tanh": (gelu_tanh, lambda n, m: [(n, m)], [True]),
@@ -74,6 +78,11 @@ CORPUS = {
     "multiple_outputs": (multiple_outputs, lambda n, m: [(n, m), (n, m)], [True, True]),
     "input_without_grad": (input_without_grad, lambda n, m: [(n, m), (n, m)], [True, False]),
     "broadcast_sigmoid": (broadcast_sigmoid, lambda n, m: [(n, m), (m,)], [True, True]),
+    "non_differentiable_output": (
+        non_differentiable_output,
+        lambda n, m: [(n, m), (n, m)],
+        [True, False],
+    ),
 }
 
 
@@ -247,8 +256,10 @@ def _eager_and_compiled(name, partition, n, m, dtype, seed):
         outs = out if isinstance(out, tuple) else (out,)
         g = torch.Generator().manual_seed(seed + 1)
         cotangents = [torch.randn(o.shape, generator=g, dtype=dtype) for o in outs]
-        torch.autograd.backward(outs, cotangents)
+        diff = [(o, c) for o, c in zip(outs, cotangents) if o.requires_grad]
+        torch.autograd.backward(*zip(*diff))
         results.append(([o.detach() for o in outs], [x.grad for x in xs]))
+        results[-1][0].append(torch.tensor([o.requires_grad for o in outs]))
     return results
 
 

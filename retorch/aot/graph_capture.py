@@ -7,7 +7,7 @@ with `make_fx`, torch/fx/experimental/proxy_tensor.py) at torch v2.13.0.
 
 The tracer here is a `TorchDispatchMode` that runs the function on real tensors and writes one
 `call_function` node per aten op it sees, instead of `make_fx` on fake tensors. Why: it is the
-whole idea of `make_fx` in forty lines (below autograd, every op of the forward *and* of the
+whole idea of `make_fx` in a few dozen lines (below autograd, every op of the forward *and* of the
 backward that `autograd.grad` runs reaches the mode, already decomposed to aten), and it
 writes straight into a retorch.fx Graph. A tensor is mapped to the node that made it by
 `id()`; the tracer keeps every traced tensor alive so that no id is reused. What it gives up:
