@@ -378,8 +378,8 @@ def test_random_programs_partition_as_torch_and_run_as_eager(program, seed):
             xs = [a.detach().clone().requires_grad_() for a in args]
             out = f(*xs)
             outs = out if isinstance(out, tuple) else (out,)
-            torch.autograd.backward([o for o in outs if o.requires_grad],
-                                    [torch.ones_like(o) for o in outs if o.requires_grad])  # fmt: skip
+            diff = [o for o in outs if o.requires_grad]
+            torch.autograd.backward(diff, [torch.ones_like(o) for o in diff])
             results.append([o.detach() for o in outs] + [x.grad for x in xs])
         for a, b in zip(*results):
             if a is None or b is None:

@@ -4,8 +4,9 @@ Each file names the torch v2.13.0 file it mirrors:
 
 | retorch/aot/          | torch/                                                          |
 | --------------------- | --------------------------------------------------------------- |
-| graph_capture.py      | _functorch/_aot_autograd/graph_capture_wrappers.py (create_joint),|
-|                       | _functorch/_aot_autograd/graph_capture.py, fx/experimental/proxy_tensor.py |
+| graph_capture.py      | _functorch/_aot_autograd/graph_capture_wrappers.py (create_joint), |
+|                       | _functorch/_aot_autograd/graph_capture.py,                      |
+|                       | fx/experimental/proxy_tensor.py (make_fx)                       |
 | functional_utils.py   | _functorch/_aot_autograd/functional_utils.py,                   |
 |                       | _subclasses/functional_tensor.py                                |
 | partitioners.py       | _functorch/partitioners.py (default_partition, min-cut's role)  |

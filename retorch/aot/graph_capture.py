@@ -7,12 +7,13 @@ with `make_fx`, torch/fx/experimental/proxy_tensor.py) at torch v2.13.0.
 
 The tracer here is a `TorchDispatchMode` that runs the function on real tensors and writes one
 `call_function` node per aten op it sees, instead of `make_fx` on fake tensors. Why: it is the
-whole idea of `make_fx` in a few dozen lines (below autograd, every op of the forward *and* of the
-backward that `autograd.grad` runs reaches the mode, already decomposed to aten), and it
-writes straight into a retorch.fx Graph. A tensor is mapped to the node that made it by
-`id()`; the tracer keeps every traced tensor alive so that no id is reused. What it gives up:
-real data (so data-dependent branches are baked in, as `make_fx` on real tensors), no
-symbolic shapes, no constants (a tensor that is neither an input nor an op's result is refused).
+whole idea of `make_fx` in a few dozen lines: below autograd, every op of the forward *and* of
+the backward that `autograd.grad` runs reaches the mode as an aten op (composite ones already
+broken up: `F.layer_norm` arrives as `native_layer_norm`), and it writes straight into a
+retorch.fx Graph. A tensor is mapped to the node that made it by `id()`; the tracer keeps
+every traced tensor alive so that no id is reused. What it gives up: real data is computed
+(data-dependent branches are baked in, as with `make_fx` on real tensors), no symbolic shapes,
+no constants (a tensor that is neither an input nor an op's result is refused).
 
 The joint graph's placeholders are `primals_1..n` then `tangents_1..m` (one per output that
 needs a gradient); its output is `(*forward_outputs, *gradients)`, one gradient per primal
