@@ -107,7 +107,7 @@ COURSE_MAP = [
         "torch/fx/, torch/_dynamo/",
     ),
     ("6b Codegen (planned)", "torch.compile back end", "(planned)", "torch/_inductor/"),
-    ("7 Distributed (planned)", "collectives, DDP, FSDP", "(planned)", "torch/distributed/"),
+    ("7 Distributed", "collectives, DDP, FSDP", "retorch.distributed", "torch/distributed/"),
     ("8 Runtime (planned)", "streams, AMP, profiler", "(planned)", "torch/cuda/, torch/amp/"),
 ]
 
