@@ -95,9 +95,9 @@ COURSE_MAP = [
         "c10/core/TensorImpl.h, c10/core/StorageImpl.h",
     ),
     (
-        "5 Dispatch (planned)",
+        "5 Dispatch",
         "Dispatcher",
-        "(planned)",
+        "retorch.dispatch",
         "c10/core/DispatchKeySet.h, aten/src/ATen/core/dispatch/Dispatcher.cpp",
     ),
     (
@@ -115,8 +115,8 @@ COURSE_MAP = [
 CHAPTER_OF_LAYER = {
     "Python front end": "ch 1-2",
     "Bindings": "not rebuilt (generated code)",
-    "Dispatcher": "ch 5 (planned)",
-    "ATen": "ch 4 (TensorIterator, ops); ch 5 (planned)",
+    "Dispatcher": "ch 5",
+    "ATen": "ch 4 (TensorIterator, ops); ch 5 (operators)",
     "c10": "ch 4",
     "Kernels": "ch 2 (fused Adam); ch 4",
 }
