@@ -64,9 +64,13 @@ def stub_out(source: str, label: str, where: str) -> str:
             inside, regions = True, regions + 1
             indent = line[: len(line) - len(line.lstrip())]
             out.append(f"{indent}# YOUR CODE HERE")
-            out.append(
-                f'{indent}raise NotImplementedError("{label}: replace this line with your code")'
-            )
+            stub = f'raise NotImplementedError("{label}: replace this line with your code")'
+            if len(indent) + len(stub) > 88:  # keep it within the page (1400 px)
+                stub = (
+                    f"raise NotImplementedError(\n{indent}    "
+                    f'"{label}: replace this with your code"\n{indent})'
+                )
+            out.append(f"{indent}{stub}")
         elif stripped == END:
             if not inside:
                 raise LabError(f"{where}: {END} without {BEGIN}")
