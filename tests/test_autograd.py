@@ -1033,3 +1033,19 @@ def test_inference_mode_as_torch():
     )
     assert ours == theirs
     assert not ra.is_inference_mode_enabled() and ra.is_grad_enabled()
+
+
+def test_expanded_view_of_a_base_changed_in_place_accumulates_as_torch():
+    """The view's regenerated AsStridedBackward0 has an overlapping geometry (stride 0): each
+    base element's gradient is the sum over the view elements reading it, as torch's
+    as_strided_backward (a copy would keep one of them, and torch refuses it)."""
+    x0 = torch.randn(3, 3, dtype=torch.float64)
+    grads = []
+    for lib in (ra, torch):
+        x = ra.tensor(x0, requires_grad=True) if lib is ra else x0.clone().requires_grad_()
+        base = x * 2
+        view = base.expand(2, 3, 3)
+        base.add_(1)  # the view's history is regenerated from its base's new one
+        (view * torch.arange(18.0, dtype=torch.float64).view(2, 3, 3)).sum().backward()
+        grads.append(x.grad.data if lib is ra else x.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-12)

@@ -18,6 +18,8 @@ The gradients of these two nodes are computed on raw data: they are not differen
 
 from __future__ import annotations
 
+import itertools
+
 from . import _ops
 from .graph import NO_EDGE, Node
 
@@ -70,9 +72,41 @@ class AsStridedBackward0(Node):
         grad = grads[0]
         if grad is None:
             return (None,)
+        if _overlaps(*self.view_geometry[:2]):
+            return (Tensor(self._accumulate_overlapping(grad.data)),)
         out = _ops.zero_(_ops.empty_strided(self.self_geometry, grad.data))
         _ops.copy_(_ops.as_strided(out, self.view_geometry, self.self_geometry[2]), grad.data)
         return (Tensor(out),)
+
+    def _accumulate_overlapping(self, grad):
+        """The view reads some elements more than once (an ``expand``: stride 0), so their
+        gradients add up: index_add every element's gradient at its storage position, as
+        ``as_strided_backward`` (torch/csrc/autograd/FunctionsManual.cpp) does for an
+        output geometry with overlap. A copy would keep only the last one, and is refused."""
+        sizes, strides, offset = self.view_geometry
+        base_sizes, base_strides, base_offset = self.self_geometry
+        positions = [
+            offset - base_offset + sum(i * s for i, s in zip(index, strides))
+            for index in itertools.product(*(range(n) for n in sizes))
+        ]
+        span = (
+            1 + sum((n - 1) * s for n, s in zip(base_sizes, base_strides)) if all(base_sizes) else 0
+        )
+        flat = _ops.index_add_zeros(
+            (span,), grad, 0, _ops.as_array(positions), _ops.reshape(_ops.contiguous(grad), (-1,))
+        )
+        return _ops.contiguous(_ops.as_strided(flat, self.self_geometry, base_offset))
+
+
+def _overlaps(sizes, strides) -> bool:
+    """Whether two elements of a geometry may share a storage position (conservative:
+    ``has_internal_overlap``'s sufficient test for no overlap, on dims sorted by stride)."""
+    reach = 0
+    for s, n in sorted((abs(s), n) for n, s in zip(sizes, strides) if n > 1):
+        if s <= reach:
+            return True
+        reach += (n - 1) * s
+    return False
 
 
 def rebase_history(view, fn: Node) -> None:
