@@ -23,6 +23,9 @@ from retorch.aot import (
     trace_joint,
 )
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 
 # -- the corpus: name -> (function, input shapes, which inputs need a gradient) --
 def pointwise_chain(x, y):

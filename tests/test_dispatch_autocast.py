@@ -18,6 +18,9 @@ from retorch.dispatch.dispatch_key import DispatchKey
 from retorch.dispatch.local_dispatch_key_set import tls_local_dispatch_key_set
 from retorch.dispatch.tensor import Tensor
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 aten = nf.aten
 TARGET = [0, 2, 1, 0]
 OPS = {

@@ -9,6 +9,9 @@ from retorch.dispatch import native_functions as nf
 from retorch.dispatch.backend_registration import ArenaBackend, rename_privateuse1_backend
 from retorch.dispatch.dispatch_key import DispatchKey
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 aten = nf.aten
 
 

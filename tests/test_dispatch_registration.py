@@ -20,6 +20,9 @@ from retorch.dispatch.dispatcher import Dispatcher
 from retorch.dispatch.function_schema import parse_schema
 from retorch.dispatch.local_dispatch_key_set import ExcludeDispatchKeyGuard
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 NS = "rtdisp"
 SCHEMA = "op(Tensor self, *, Scalar alpha=1) -> Tensor"
 #: The rows compared: every key retorch models, fallbacks included.

@@ -14,6 +14,9 @@ from retorch.dispatch import native_functions as nf
 from retorch.dispatch.dispatcher import get_dispatcher
 from retorch.dispatch.tensor import Tensor
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 aten = nf.aten
 ROWS = ("CPU", "Meta", "AutogradCPU", "ADInplaceOrView")
 #: Rows where retorch's aten library differs from torch's, and why.

@@ -21,6 +21,9 @@ from retorch.dispatch.tensor import Tensor, collate, to_retorch
 from retorch.optim import SGD, Adam
 from retorch.utils.data import DataLoader, TensorDataset
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 STEPS, BATCH, TOL = 200, 16, 1e-12
 
 

@@ -15,6 +15,9 @@ import torch.distributed as dist
 from retorch.distributed import collectives as C
 from retorch.distributed.launch import launch
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 SIZES = [1, 3, 10, 1000, 4097]  # 1 and 3 leave some ring chunks empty with 4 ranks
 FLOAT_ATOL = 1e-5
 

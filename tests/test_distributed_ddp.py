@@ -21,6 +21,9 @@ from retorch.distributed.launch import launch
 from retorch.nn.parallel import DistributedDataParallel as DDP
 from retorch.nn.parallel import compute_bucket_assignment_by_size
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 ATOL, RTOL = 1e-6, 1e-5
 TINY_CAP_MB = 300 / 2**20  # 300 bytes: the MLP's 6 tensors fall into 4 buckets
 

@@ -21,6 +21,9 @@ from retorch.distributed.collectives import count_bytes
 from retorch.distributed.launch import launch
 from retorch.nn.parallel import DistributedDataParallel as DDP
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 ATOL, RTOL = 1e-6, 1e-5
 SIZES = [(7, 13), (13, 11), (11, 3)]  # 104, 154 and 36 parameters: 154 needs padding for 4
 

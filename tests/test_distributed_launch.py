@@ -11,6 +11,9 @@ import torch.distributed as dist
 
 from retorch.distributed.launch import WorkerFailed, launch
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 
 def _report(rank: int, world_size: int) -> dict:
     t = torch.tensor([float(rank)])

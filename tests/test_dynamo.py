@@ -14,6 +14,9 @@ import retorch.dynamo as rd
 from retorch.dynamo.resume_execution import make_resume_function
 from tests import test_dynamo_corpus as corpus
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 
 def torch_kind(reason: str) -> str:
     """The kind of one of torch's break reasons, in the rebuild's words."""

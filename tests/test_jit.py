@@ -7,6 +7,9 @@ import torch
 
 import retorch.jit as rj
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 W = torch.randn(3, 3, generator=torch.Generator().manual_seed(0))  # a global: a constant
 
 

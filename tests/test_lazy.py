@@ -12,6 +12,9 @@ import torch._lazy.ts_backend
 import retorch.lazy as rl
 from retorch.lazy import ir
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 torch._lazy.ts_backend.init()
 
 

@@ -21,6 +21,9 @@ import retorch.autograd as ra
 import retorch.tensor as rt
 from retorch.autograd import _ops
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 F64_TOL = dict(rtol=1e-10, atol=1e-10)
 F32_TOL = dict(rtol=2e-5, atol=2e-5)
 

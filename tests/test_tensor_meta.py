@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 import retorch.tensor as rt
 
+# Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 DTYPES = ["float32", "float64", "int64", "int32", "bool"]
 FLOATS = ["float32", "float64"]
 
