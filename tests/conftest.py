@@ -15,3 +15,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m "not slow"`` (make check-fast), skip importing modules marked slow as a
+    whole: importing them (torch._dynamo, torch.distributed, Numba kernels) costs more than
+    the fast tests themselves. ``make unit`` collects and runs them all."""
+    if config.getoption("markexpr", "") != "not slow" or collection_path.suffix != ".py":
+        return None
+    text = collection_path.read_text(errors="ignore")
+    return True if "\npytestmark = pytest.mark.slow\n" in text else None
