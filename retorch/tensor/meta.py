@@ -66,11 +66,19 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 
 
 def _expanded_strides(t, shape) -> list[int]:
-    """``t``'s strides once expanded to ``shape`` (0 along the dims it is broadcast in)."""
+    """``t.expand(shape).stride()`` as ``inferExpandGeometry`` (aten/src/ATen/ExpandUtils.cpp)
+    computes it: 0 along the dims it is broadcast in; a new leading dim of size 1 gets the
+    next dim's size times its stride (0 after the last dim)."""
     lead = len(shape) - t.dim()
     out = [0] * len(shape)
-    for i, (n, st) in enumerate(zip(t.shape, t.stride())):
-        out[lead + i] = st if n == shape[lead + i] else 0
+    next_size, next_stride = 1, 0
+    for i in reversed(range(len(shape))):
+        if i >= lead:
+            n, st = t.shape[i - lead], t.stride()[i - lead]
+            out[i] = st if n == shape[i] else 0
+        else:
+            out[i] = next_size * next_stride if shape[i] == 1 else 0
+        next_size, next_stride = shape[i], out[i]
     return out
 
 

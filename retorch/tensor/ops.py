@@ -95,6 +95,8 @@ def add(input, other, alpha=1, out=None):
 
 def sub(input, other, alpha=1, out=None):
     a, b = _as_tensor(input), _as_tensor(other)
+    if _is_meta(a, b):  # torch's ref for sub broadcasts before it checks the dtypes
+        _meta.broadcast_shapes(a.shape, b.shape)
     if a.dtype is bool_ and b.dtype is bool_:
         raise RuntimeError(
             "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` "
