@@ -4,14 +4,15 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-# Under CI (CI=true) the examples are drawn from a fixed seed, so a submission's CI run tests
-# exactly what its author ran; without it, every run draws fresh examples.
+# Under CI (CI=true) and in `make test` (which sets HYPOTHESIS_DERANDOMIZE=1) the examples are
+# drawn from a fixed seed, so a submission's CI run tests exactly what its author ran; `make
+# unit` and `make check-fast` draw fresh examples on every run, to find new failing cases.
 settings.register_profile(
     "ci",
     deadline=None,
     max_examples=30,
     suppress_health_check=[HealthCheck.too_slow],
-    derandomize=bool(os.environ.get("CI")),
+    derandomize=bool(os.environ.get("CI") or os.environ.get("HYPOTHESIS_DERANDOMIZE")),
 )
 settings.register_profile("dev", deadline=None, max_examples=10)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
