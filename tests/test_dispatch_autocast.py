@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 
 import retorch.tensor as rt
+from retorch.dispatch import Tensor
 from retorch.dispatch import native_functions as nf
 from retorch.dispatch.autocast_mode import autocast, is_autocast_enabled
 from retorch.dispatch.dispatch_key import DispatchKey
 from retorch.dispatch.local_dispatch_key_set import tls_local_dispatch_key_set
-from retorch.dispatch.tensor import Tensor
 
 # Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
 pytestmark = pytest.mark.slow

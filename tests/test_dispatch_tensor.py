@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 import retorch.tensor as rt
 from retorch.autograd import count_aten_calls, no_grad
+from retorch.dispatch import Tensor
 from retorch.dispatch import native_functions as nf
 from retorch.dispatch.dispatcher import get_dispatcher
-from retorch.dispatch.tensor import Tensor
 
 # Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from retorch import nn
 from retorch.autograd import count_aten_calls
-from retorch.dispatch.tensor import Tensor, collate, to_retorch
+from retorch.dispatch import Tensor, collate, to_retorch
 from retorch.optim import SGD, Adam
 from retorch.utils.data import DataLoader, TensorDataset
 

@@ -14,15 +14,23 @@ module                         mirrors
 ``_ops``                       ``torch/_ops.py``
 ``native_functions``           ``aten/src/ATen/native/native_functions.yaml``
 ``variable_type``              ``tools/autograd/templates/VariableType.cpp``
-``tensor``                     ``torch/_tensor.py``, ``c10/core/TensorImpl.h``
+``_tensor``                    ``torch/_tensor.py``, ``c10/core/TensorImpl.h``
 ``overrides``                  ``torch/overrides.py``
 ``autocast_mode``              ``aten/src/ATen/autocast_mode.cpp``
 ``backend_registration``       ``torch/utils/backend_registration.py``
+``custom_ops``                 ``torch/_library/custom_ops.py``
+``torch_privateuse1``          ``torch/utils/backend_registration.py`` (torch's side)
 =============================  =====================================================
+
+``retorch.dispatch.tensor(...)`` is the factory, as ``torch.tensor``: the class lives in
+``_tensor`` (as torch's in ``torch/_tensor.py``), so no submodule shadows the function.
 
 Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom layers) and
 composes them; ``nn``, ``optim`` and ``utils.data`` reach it only through a tensor's interface.
 """
+
+import sys
+import types
 
 from ._ops import ops
 from .dispatch_key import BackendComponent, DispatchKey, parse_dispatch_key
@@ -40,14 +48,17 @@ from .local_dispatch_key_set import (
 #: Names that import retorch.tensor (Numba) on first use, so the keys and the dispatcher stay
 #: cheap to import: ``retorch.dispatch.Tensor``, ``.aten`` (registers the aten library)...
 _LAZY = {
-    "Tensor": "tensor",
-    "tensor": "tensor",
-    "to_retorch": "tensor",
-    "collate": "tensor",
+    "Tensor": "_tensor",
+    "tensor": "_tensor",
+    "to_retorch": "_tensor",
+    "from_torch": "_tensor",
+    "collate": "_tensor",
     "aten": "native_functions",
     "autocast": "autocast_mode",
     "ArenaBackend": "backend_registration",
     "rename_privateuse1_backend": "backend_registration",
+    "custom_op": "custom_ops",
+    "CustomOpDef": "custom_ops",
 }
 
 
@@ -61,6 +72,19 @@ def __getattr__(name: str):
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
+class _Package(types.ModuleType):
+    """The package's module type: importing the old path ``retorch.dispatch.tensor`` (kept for
+    code outside the package) must not bind the submodule over the ``tensor`` factory, which
+    the import system would do with ``setattr(package, "tensor", module)``."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BackendComponent",

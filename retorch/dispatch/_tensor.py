@@ -240,6 +240,12 @@ class Tensor(AutogradTensor):
             dtype = getattr(rt, str(dtype).removeprefix("torch."))
         return Tensor(rt.zeros(tuple(size), dtype=dtype, device=self.data.device))
 
+    def new_empty(self, size, dtype=None):
+        """Uninitialized memory on this tensor's device (``Tensor.new_empty``): on meta, a
+        shape and a dtype only, what a fake kernel returns."""
+        dtype = self.data.dtype if dtype is None else dtype
+        return Tensor(rt.empty(*tuple(size), dtype=dtype, device=self.data.device))
+
     def item(self):
         return self.data.item()
 

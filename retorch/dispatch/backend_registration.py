@@ -18,11 +18,21 @@ import numpy as np
 
 import retorch.tensor as rt
 
+from ._tensor import Tensor, register_backend_device
 from .dispatch_key import DispatchKey
 from .library import Library
-from .tensor import Tensor, register_backend_device
 
 _PRIVATEUSE1_NAME = ["privateuseone"]
+
+#: The arena's compute, on NumPy arrays. The same functions serve retorch's dispatcher
+#: (:class:`ArenaBackend`) and torch's (``torch_privateuse1.TorchArenaBackend``).
+NUMPY_KERNELS = {
+    "add.Tensor": lambda a, b, alpha=1: a + alpha * b,
+    "mul.Tensor": lambda a, b: a * b,
+    "mm": lambda a, b: a @ b,
+    "relu": lambda a: np.maximum(a, 0),
+    "sum": lambda a, dtype=None: np.asarray(a.sum()),
+}
 
 
 def rename_privateuse1_backend(name: str) -> None:
@@ -95,12 +105,12 @@ class ArenaBackend:
 
     def _kernels(self) -> dict:
         n, new = self._np, self._new
+
+        def compute(f):
+            return lambda *args, **kwargs: new(f(*map(n, args), **kwargs))
+
         return {
-            "add.Tensor": lambda a, b, alpha=1: new(n(a) + alpha * n(b)),
-            "mul.Tensor": lambda a, b: new(n(a) * n(b)),
-            "mm": lambda a, b: new(n(a) @ n(b)),
-            "relu": lambda a: new(np.maximum(n(a), 0)),
-            "sum": lambda a, dtype=None: new(np.asarray(n(a).sum())),
+            **{op: compute(f) for op, f in NUMPY_KERNELS.items()},
             "t": lambda a: self._wrap(n(a).T),  # a view: no allocation
             "detach": lambda a: self._wrap(n(a)),
             "_to_copy": lambda a, dtype=None, **kw: (

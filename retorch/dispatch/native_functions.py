@@ -23,8 +23,8 @@ from retorch.autograd.tensor import Tensor as AutogradTensor
 from retorch.tensor import ops as _o
 
 from ._ops import ops
+from ._tensor import Tensor
 from .library import Library
-from .tensor import Tensor
 
 SCHEMAS = [
     "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",

@@ -39,7 +39,7 @@ def _relu(input, inplace=False):
 
 def _zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False,
                 memory_format=None, **_):  # fmt: skip
-    from .tensor import Tensor
+    from ._tensor import Tensor
 
     if dtype is not None or device is not None:
         raise NotImplementedError("retorch's zeros_like keeps the input's dtype and device")
