@@ -51,7 +51,7 @@ def _interleaved(fns: dict, rounds: int, per: int) -> dict[str, float]:
 
 
 def _call_rows(quick: bool) -> list[dict]:
-    from retorch.dispatch.tensor import tensor as rtensor
+    from retorch.dispatch import tensor as rtensor
     from retorch.tensor import ops as _o
 
     rounds, per = (5, 200) if quick else (25, 2000)
@@ -85,9 +85,9 @@ def _call_rows(quick: bool) -> list[dict]:
 def _breakdown(quick: bool) -> list[dict]:
     """µs of each piece of one retorch add (no grad), each run alone in a loop."""
     from retorch.dispatch import aten
+    from retorch.dispatch import tensor as rtensor
     from retorch.dispatch.dispatcher import get_dispatcher
     from retorch.dispatch.native_functions import BACKEND
-    from retorch.dispatch.tensor import tensor as rtensor
     from retorch.tensor import ops as _o
 
     d, op = get_dispatcher(), aten.add.Tensor
@@ -116,7 +116,7 @@ def _breakdown(quick: bool) -> list[dict]:
 
 def _mlp_rows(quick: bool) -> list[dict]:
     from retorch import nn
-    from retorch.dispatch.tensor import Tensor, to_retorch
+    from retorch.dispatch import Tensor, to_retorch
     from retorch.optim import SGD
 
     rng = np.random.default_rng(0)
@@ -160,7 +160,7 @@ def run_gpu(quick: bool = False) -> dict:
     reason = gpu_skip_reason()
     if reason:
         return {"skipped": reason}
-    from retorch.dispatch.tensor import tensor as rtensor
+    from retorch.dispatch import tensor as rtensor
 
     ta, tb = torch.ones(1, device="cuda"), torch.ones(1, device="cuda")
     ra, rb = rtensor([1.0], device="cuda"), rtensor([1.0], device="cuda")

@@ -29,8 +29,6 @@ Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom la
 composes them; ``nn``, ``optim`` and ``utils.data`` reach it only through a tensor's interface.
 """
 
-import sys
-import types
 
 from ._ops import ops
 from .dispatch_key import BackendComponent, DispatchKey, parse_dispatch_key
@@ -72,19 +70,6 @@ def __getattr__(name: str):
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-class _Package(types.ModuleType):
-    """The package's module type: importing the old path ``retorch.dispatch.tensor`` (kept for
-    code outside the package) must not bind the submodule over the ``tensor`` factory, which
-    the import system would do with ``setattr(package, "tensor", module)``."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BackendComponent",
