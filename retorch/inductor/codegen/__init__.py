@@ -1,0 +1,1 @@
+"""Code generation: kernels as Python source for Numba (CPU) and Numba-CUDA (GPU)."""
