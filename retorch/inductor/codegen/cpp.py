@@ -21,6 +21,9 @@ from .simd import ACC_INIT, SIMDKernel, acc_dtype
 
 LANES = 16
 XBLOCK = 64
+#: Loops over fewer elements run on one thread (torch's ``decide_parallel_depth`` with
+#: ``config.cpp.min_chunk_size``); a fixed count, so the source does not depend on the machine.
+PARALLEL_MIN_NUMEL = 32768
 PRELUDE = """import math
 
 import numba
@@ -59,8 +62,17 @@ class CppKernel(SIMDKernel):
         """Unsigned, so Numba drops its negative-index wraparound, which stops vectorization."""
         return index if index.isdigit() else f"np.uint64({index})"
 
+    def parallel(self) -> bool:
+        return bool(self.fused.outer) and self.numel() >= PARALLEL_MIN_NUMEL
+
+    def numel(self) -> int:
+        n = self.rnumel()
+        for s in self.fused.outer:
+            n *= s
+        return n
+
     def header(self):
-        parallel = "parallel=True" if self.fused.outer else ""
+        parallel = "parallel=True" if self.parallel() else ""
         return f"@numba.njit({parallel})\ndef {self.fused.name}({', '.join(self.args)}):\n"
 
     def codegen_body(self) -> str:
@@ -68,15 +80,16 @@ class CppKernel(SIMDKernel):
         block allocates its accumulators and row buffers once, not once per row."""
         lines, indent, outer = [], "    ", self.fused.outer
         self.allocs, alloc_at, alloc_indent = [], 0, indent
+        prange = "numba.prange" if self.parallel() else "range"
         if outer and self.fused.inner:
             nblocks = -(-outer[0] // XBLOCK)
-            lines.append(f"{indent}for xblock in numba.prange({nblocks}):")
+            lines.append(f"{indent}for xblock in {prange}({nblocks}):")
             alloc_at, alloc_indent = 1, indent + "    "
             lines.append(f"{alloc_indent}for x0 in range(xblock * {XBLOCK}, "
                          f"min(xblock * {XBLOCK} + {XBLOCK}, {outer[0]})):")  # fmt: skip
             indent += "        "
         elif outer:
-            lines.append(f"{indent}for x0 in numba.prange({outer[0]}):")
+            lines.append(f"{indent}for x0 in {prange}({outer[0]}):")
             indent += "    "
         for var, n in zip(self.fused.xvars[1:], outer[1:]):
             lines.append(f"{indent}for {var} in range({n}):")

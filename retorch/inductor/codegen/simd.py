@@ -133,6 +133,7 @@ class SIMDKernel:
         if len(self.fused.inner) == 1:
             return [f"{indent}r0 = {rindex}"]
         strides = ir.contiguous_strides(self.fused.inner)
+        rindex = rindex if rindex.isidentifier() else f"({rindex})"
         return [f"{indent}r{i} = ({rindex} // {st}) % {sz}"
                 for i, (st, sz) in enumerate(zip(strides, self.fused.inner))]  # fmt: skip
 

@@ -1,0 +1,196 @@
+"""retorch.inductor against eager torch: forward and backward of a corpus under torch.compile,
+fusion counts, fallbacks, the CUDA code under the simulator, and PTX for the generated kernels.
+
+Float32 tolerance: rtol 1e-5, atol 1e-6 (our exp is within 1 ulp; sums run in another order)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import retorch.inductor as ri
+from retorch.inductor.compile_fx import compile_fx
+from retorch.inductor.virtualized import ops
+from tools.course import ROOT
+
+pytestmark = pytest.mark.slow
+
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def gelu(x):
+    y = x * x * x
+    y = y * 0.044715
+    y = x + y
+    y = y * 0.7978845608
+    y = torch.tanh(y)
+    y = y + 1.0
+    y = y * 0.5
+    return x * y
+
+
+torch.manual_seed(0)
+LAYER_NORM = torch.nn.LayerNorm(16)
+MLP = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+
+
+def randn(*shape):
+    return torch.randn(*shape, requires_grad=True)
+
+
+CORPUS = {  # name: (function, input shapes)
+    "pointwise_chain": (lambda x, y: (x.exp() - y) * 2.0 + x.sigmoid() / (y.abs() + 1.0),
+                        [(8, 16), (8, 16)]),
+    "gelu_ops": (gelu, [(8, 16)]),
+    "softmax": (lambda x: torch.softmax(x, -1), [(8, 16)]),
+    "log_softmax": (lambda x: F.log_softmax(x, dim=-1), [(6, 20)]),
+    "layer_norm": (LAYER_NORM, [(8, 16)]),
+    "mlp": (MLP, [(4, 16)]),
+    "broadcast": (lambda x, y, z: x + y * z, [(4, 1, 8), (3, 1), (8,)]),
+    "reduce_dims": (lambda x: x.sum(0) * 2.0 + x.amax(1).sum(0), [(5, 6, 7)]),
+    "mean_var": (lambda x: (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True) + 1e-5).sqrt(),
+                 [(8, 16)]),
+    "where_relu": (lambda x, y: torch.where(x > 0, x, 0.1 * x) + torch.relu(y), [(8, 16)] * 2),
+    "views": (lambda x, y: (x.t() * y).reshape(-1, 4).permute(1, 0).sum(1), [(8, 16), (16, 8)]),
+    "silu_pow": (lambda x: F.silu(x) + x**2 - x.neg() / 3.0, [(32,)]),
+    "full_sum": (lambda x: (x * x).sum(), [(8, 16)]),
+    "fallback_cumsum": (lambda x: torch.cumsum(x.exp(), 1) * 2.0, [(4, 8)]),
+}  # fmt: skip
+
+
+def run_both(fn, shapes, backend=compile_fx, seed=0):
+    torch.manual_seed(seed)
+    args = [randn(*s) for s in shapes]
+    torch._dynamo.reset()
+    ri.reset()
+    out = torch.compile(fn, backend=backend, dynamic=False)(*args)
+    grad = torch.randn_like(out)
+    ours = [out] + list(torch.autograd.grad(out, args, grad))
+    expected = fn(*args)
+    theirs = [expected] + list(torch.autograd.grad(expected, args, grad))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_forward_and_backward_match_eager(name):
+    fn, shapes = CORPUS[name]
+    ours, theirs = run_both(fn, shapes)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, **TOL)
+    kinds = [c.kind for c in ri.compiled_graphs()]
+    assert kinds == ["forward", "backward"]
+
+
+def kernels_of(name, kind="forward"):
+    fn, shapes = CORPUS[name]
+    run_both(fn, shapes)
+    return ri.last_compile(kind)
+
+
+def test_gelu_chain_is_one_kernel():
+    fw = kernels_of("gelu_ops")
+    assert list(fw.fusion_groups) == ["kernel0"] and not fw.fallbacks
+    assert "tanh(" in fw.source and "prange" not in fw.source  # 128 elements: one thread
+
+
+def test_large_rows_run_in_parallel_blocks():
+    ours, theirs = run_both(CORPUS["softmax"][0], [(80, 512)])
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, **TOL)
+    fw = ri.last_compile("forward")
+    assert "numba.njit(parallel=True)" in fw.source and "numba.prange(2)" in fw.source
+
+
+def test_softmax_and_layer_norm_are_one_kernel_per_row():
+    assert len(kernels_of("softmax").fusion_groups) == 1
+    assert len(kernels_of("log_softmax").fusion_groups) == 1
+    ln = kernels_of("layer_norm")
+    assert len(ln.fusion_groups) == 1
+    assert any("its row loop" in d for d in ln.decisions)
+
+
+def test_fallbacks_are_recorded():
+    fw = kernels_of("fallback_cumsum")
+    assert [op for _, op in fw.fallbacks] == ["aten.cumsum.default"]
+    assert "aten.cumsum.default(" in fw.wrapper_source
+    mlp = kernels_of("mlp")
+    assert {op for _, op in mlp.fallbacks} == {"aten.mm.default"}
+    assert "kernel0" in mlp.fusion_groups  # bias + relu fused between the matmuls
+
+
+def test_report_ir_and_wrapper_are_printable():
+    fw = kernels_of("softmax")
+    text = fw.ir()
+    assert "Reduction('max'" in text and "ops.exp(" in text
+    assert fw.report().startswith("forward graph on cpu: 1 kernel(s), 0 fallback(s)")
+    assert fw.wrapper_source.startswith("def call(args):")
+
+
+@settings(max_examples=4, deadline=None)
+@given(rows=st.integers(1, 9), cols=st.integers(1, 40), which=st.sampled_from(
+    ["softmax", "layer_norm_fn", "gelu_ops"]))  # fmt: skip
+def test_random_shapes(rows, cols, which):
+    fn = {"softmax": CORPUS["softmax"][0], "gelu_ops": gelu,
+          "layer_norm_fn": lambda x: F.layer_norm(x, (cols,))}[which]  # fmt: skip
+    ours, theirs = run_both(fn, [(rows, cols)])
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_non_contiguous_and_float64_inputs():
+    x = torch.randn(16, 8).t()  # not contiguous
+    torch._dynamo.reset()
+    out = torch.compile(lambda t: torch.softmax(t, -1), backend=compile_fx, dynamic=False)(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1), **TOL)
+    x64 = torch.randn(4, 8, dtype=torch.float64)
+    torch._dynamo.reset()
+    out = torch.compile(gelu, backend=compile_fx, dynamic=False)(x64)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, gelu(x64), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gelu_ops", "softmax", "layer_norm"])
+def test_cuda_codegen_under_the_simulator(name):
+    fn, shapes = CORPUS[name]
+    shapes = [(3, *s[1:]) for s in shapes]  # few rows: each simulated thread is a Python thread
+    ours, theirs = run_both(fn, shapes, backend=functools.partial(compile_fx, device="cuda"))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, **TOL)
+    fw = ri.last_compile("forward")
+    assert fw.device == "cuda" and '@kernel("void(float32[:]' in fw.source
+
+
+def test_errors_name_the_misuse():
+    with pytest.raises(RuntimeError, match="outside a kernel"):
+        ops.add("a", "b")
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        ri.compile_graph(None, [], device="tpu")
+    ri.reset()
+    with pytest.raises(RuntimeError, match="nothing compiled yet"):
+        ri.last_compile()
+
+
+PTX = """
+import retorch.cuda as rc
+import retorch.inductor.examples
+for spec in rc.KERNELS:
+    if spec.name.startswith("retorch.inductor"):
+        print(spec.name, [len(rc.compile_ptx(spec, cc)) > 0 for cc in rc.PTX_TARGETS])
+"""
+
+
+def test_generated_cuda_kernels_compile_to_ptx():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    out = subprocess.run([sys.executable, "-c", PTX], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for name in ("gelu", "softmax", "layer_norm"):
+        assert f"examples.{name}.kernel0 [True, True, True]" in out.stdout, out.stdout
