@@ -29,7 +29,7 @@ PRELUDE = """import math
 import numba
 import numpy as np
 
-from retorch.inductor.runtime.cpu_helpers import exp, sigmoid, tanh
+from retorch.inductor.runtime.cpu_helpers import exp, maximum, minimum, sigmoid, tanh
 """
 
 
@@ -61,6 +61,11 @@ class CppKernel(SIMDKernel):
     def subscript(self, index: str) -> str:
         """Unsigned, so Numba drops its negative-index wraparound, which stops vectorization."""
         return index if index.isdigit() else f"np.uint64({index})"
+
+    def combine(self, rtype, acc, value):
+        if rtype == "sum":
+            return f"{acc} + {value}"
+        return f"{'maximum' if rtype == 'max' else 'minimum'}({acc}, {value})"
 
     def parallel(self) -> bool:
         return bool(self.fused.outer) and self.numel() >= PARALLEL_MIN_NUMEL
@@ -140,8 +145,11 @@ class CppKernel(SIMDKernel):
             ind = indent + "    "
             lines.append(f"{indent}for rindex in range({main}, {rn}):")
             lines.extend(self.rvar_lines("rindex", ind))
-            lane = f"rindex - {main}" if main else "rindex"
-            self.emit_body(nodes, lines, cache, ind, update(lane, ind), hoist)
+            if main:
+                lines.append(f"{ind}lane = rindex - {main}")
+            self.emit_body(
+                nodes, lines, cache, ind, update("lane" if main else "rindex", ind), hoist
+            )
         for n in reds:
             acc, rtype, res = accs[n.name], n.data.reduction_type, f"tmp{self.next_tmp()}"
             lines.append(f"{indent}{res} = {acc}[0]")

@@ -51,6 +51,14 @@ def render(x) -> str:
     return repr(x)
 
 
+def wrap(head, items, tail, width=100) -> str:
+    """``head + items + tail`` on one line, or one item a line when that is over ``width``."""
+    line = head + ", ".join(items) + tail
+    if len(line) <= width:
+        return line
+    return head + "".join(f"\n        {item}," for item in items) + "\n    " + tail
+
+
 def generate_wrapper(graph, steps, kernels: dict, device: str) -> str:
     """``def call(args): ...`` for ``steps`` (FusedKernels and FallbackKernels in order)."""
     names = [b.name for b in graph.graph_inputs]
@@ -65,8 +73,7 @@ def generate_wrapper(graph, steps, kernels: dict, device: str) -> str:
                 lines.append(f"    {name} = torch.empty({list(buf.size)}, dtype={buf.dtype}, "
                              "device=device)")  # fmt: skip
             launch = f"[{k.launch()[0]}, {k.launch()[1]}]" if device == "cuda" else ""
-            args = ", ".join(f"{flat}({a})" for a in k.args)
-            lines.append(f"    {step.name}{launch}({args})")
+            lines.append(wrap(f"    {step.name}{launch}(", [f"{flat}({a})" for a in k.args], ")"))
         elif isinstance(step, ir.MultiOutput):
             lines.append(f"    {step.name} = contiguous({step.parent.name}[{step.index}])")
         elif isinstance(step, ir.FallbackKernel):

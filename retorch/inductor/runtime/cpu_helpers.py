@@ -53,3 +53,14 @@ def tanh(x):
 @numba.njit(inline="always", cache=True)
 def sigmoid(x):
     return F(1.0) / (F(1.0) + exp(-F(x)))
+
+
+@numba.njit(inline="always", cache=True)
+def maximum(a, b):
+    """``torch.maximum``: NaN wins (one compare more than a plain max)."""
+    return b if (b > a or b != b) else a
+
+
+@numba.njit(inline="always", cache=True)
+def minimum(a, b):
+    return b if (b < a or b != b) else a
