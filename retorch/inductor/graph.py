@@ -17,8 +17,9 @@ from . import ir
 from .lowering import lowerings
 from .virtualized import ReadsHandler, V, set_ops_handler
 
-#: Realize a pointwise node read by several users when its body has more ops than this,
-#: or any of these costly ones (computed once, then read: torch's ``is_expensive`` hint).
+#: Realize a pointwise node read by several users when its body has more ops than this
+#: (``config.realize_opcount_threshold``), or, a rule of ours in place of torch's read counts
+#: (``num_reads``, ``has_large_inner_fn``), any of these costly ops: computed once, then read.
 REALIZE_OPCOUNT_THRESHOLD = 30
 EXPENSIVE_OPS = {"exp", "tanh", "sigmoid", "log", "pow", "sqrt", "rsqrt"}
 

@@ -56,7 +56,7 @@ class SIMDKernel:
 
     def is_local_row(self, node) -> bool:
         """A row-sized buffer no other kernel reads: kept per row, never written to memory
-        (the CPU backend only; torch's cpp.py ``LocalBufferContext``)."""
+        (the CPU backend only; torch's codegen/cpp_utils.py ``LocalBufferContext``)."""
         return (self.backend == "cpu" and self.fused.kind(node) == "loop"
                 and not self.users.get(node.name, set()) - self.mine)  # fmt: skip
 
