@@ -158,7 +158,8 @@ def test_non_contiguous_and_float64_inputs():
 
 
 @pytest.mark.parametrize("name", ["gelu_ops", "softmax", "layer_norm"])
-def test_cuda_codegen_under_the_simulator(name):
+def test_cuda_codegen_matches_torch(name):
+    """Numba-CUDA kernels: under the simulator here; on a GPU with NUMBA_ENABLE_CUDASIM=0."""
     fn, shapes = CORPUS[name]
     shapes = [(3, *s[1:]) for s in shapes]  # few rows: each simulated thread is a Python thread
     ours, theirs = run_both(fn, shapes, backend=functools.partial(compile_fx, device="cuda"))
