@@ -133,7 +133,9 @@ class GraphLowering(torch.fx.Interpreter):
     def output(self, target, args, kwargs):
         outs = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
         for out in outs:
-            if isinstance(out, ir.IRNode) and not isinstance(out, (ir.Buffer, ir.ReinterpretView)):
+            if isinstance(out, ir.View):  # a view of a buffer is returned as a view, not copied
+                out = self.extern_arg(out)
+            elif isinstance(out, (ir.Pointwise, ir.Reduction)):
                 out = self.realize(out)
             self.graph_outputs.append(out)
         return self.graph_outputs
