@@ -63,6 +63,8 @@ CORPUS = {  # name: (function, input shapes)
     "silu_pow": (lambda x: F.silu(x) + x**2 - x.neg() / 3.0, [(32,)]),
     "full_sum": (lambda x: (x * x).sum(), [(8, 16)]),
     "fallback_cumsum": (lambda x: torch.cumsum(x.exp(), 1) * 2.0, [(4, 8)]),
+    "fallback_kwargs": (lambda x, y: torch.add(x, y, alpha=2.0) + torch.div(x, y.abs() + 1.0,
+                        rounding_mode="floor"), [(4, 8), (4, 8)]),
 }  # fmt: skip
 
 
@@ -120,6 +122,8 @@ def test_softmax_and_layer_norm_are_one_kernel_per_row():
 def test_fallbacks_are_recorded():
     fw = kernels_of("fallback_cumsum")
     assert [op for _, op in fw.fallbacks] == ["aten.cumsum.default"]
+    kw = kernels_of("fallback_kwargs")
+    assert [op for _, op in kw.fallbacks] == ["aten.add.Tensor", "aten.div.Tensor_mode"]
     assert "aten.cumsum.default(" in fw.wrapper_source
     mlp = kernels_of("mlp")
     assert {op for _, op in mlp.fallbacks} == {"aten.mm.default"}

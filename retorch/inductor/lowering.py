@@ -42,7 +42,9 @@ def broadcast_index(index, size, out_size):
 def make_pointwise(fn, dtype=None):
     """An elementwise op: ``fn`` receives one ``ops`` value per input and returns the result."""
 
-    def lower(*args):
+    def lower(*args, **kwargs):
+        if kwargs:  # alpha=, rounding_mode=...: left to eager torch
+            raise NotImplementedError(f"pointwise lowering takes no keyword arguments: {kwargs}")
         nodes = [a for a in args if isinstance(a, ir.IRNode)]
         out = list(torch.broadcast_shapes(*[tuple(_size(a)) for a in nodes]))
         cdtype = nodes[0].dtype if nodes else torch.float32
