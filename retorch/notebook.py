@@ -192,8 +192,14 @@ def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?
 
 
 def load_bench(name: str) -> dict:
-    """The stored results of ``bench/bench_<name>.py`` (written by ``make bench``)."""
-    return json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text())
+    """The stored results of ``bench/bench_<name>.py`` (written by ``make bench``); its GPU
+    section, where a GPU machine measured one (``tools/bench.py --gpu``), under ``"gpu"``."""
+    results = ROOT / "bench" / "results"
+    data = json.loads((results / f"{name}.json").read_text())
+    gpu = results / "gpu" / f"{name}.json"
+    if gpu.is_file():
+        data["gpu"] = json.loads(gpu.read_text())
+    return data
 
 
 def bench_summary(name: str):

@@ -26,6 +26,24 @@ def test_benchmark_runs_quick(name):
         assert isinstance(row["value"], float) and 0 < row["value"] < float("inf"), row
 
 
+GPU_RESULTS = sorted((ROOT / "bench" / "results" / "gpu").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", GPU_RESULTS, ids=lambda p: p.stem)
+def test_stored_gpu_result_describes_the_code_as_it_is(path):
+    """A GPU section measured on a GPU machine (tools/bench.py --gpu) is held to the same rule:
+    when its code changes, measure it again on a GPU, or delete it (the chapter then says it
+    was not measured)."""
+    result = json.loads(path.read_text())
+    assert result.get("device") and result.get("rows") and result.get("commit"), path.name
+    changed = bench.stale(result)
+    assert not changed, (
+        f"gpu/{path.name} was measured on {result['device']} at {result['commit']}, but these "
+        f"files changed since: {', '.join(changed)}. Run `tools/bench.py --gpu {path.stem}` on "
+        f"a GPU machine, or delete bench/results/gpu/{path.name}."
+    )
+
+
 def test_every_benchmark_has_a_stored_result():
     assert {p.stem for p in RESULTS} == set(names())
 

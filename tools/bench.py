@@ -13,6 +13,12 @@ describes code that has changed since, so the book never plots numbers of older 
 
     python tools/bench.py              # all benchmarks, full size
     python tools/bench.py optim --quick
+    python tools/bench.py --gpu        # on a GPU machine: only the GPU sections
+
+A GPU section is stored apart, in ``bench/results/gpu/<name>.json`` (``load_bench`` puts it
+under the result's ``"gpu"`` key), so that the CPU results keep this machine's numbers and a
+GPU machine can add its own. Where the checkout has no git (a copied tree), the commit is
+taken from ``BENCH_COMMIT``.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ def loaded_sources() -> dict[str, str]:
 
 def commit_of(paths) -> str:
     """The current commit, with ``+dirty`` if any of ``paths`` differs from it."""
+    if not (ROOT / ".git").exists() and os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -89,10 +97,15 @@ def stale(result: dict) -> list[str]:
     return changed
 
 
-def run_one(name: str, quick: bool) -> dict:
+def gpu_names() -> list[str]:
+    """The benchmarks with a GPU section (a ``run_gpu(quick)`` function)."""
+    return [n for n in names() if "def run_gpu(" in (ROOT / "bench" / f"bench_{n}.py").read_text()]
+
+
+def run_one(name: str, quick: bool, gpu: bool = False) -> dict:
     module = importlib.import_module(f"bench.bench_{name}")
     t0 = time.perf_counter()
-    result = module.run(quick=quick)
+    result = module.run_gpu(quick=quick) if gpu else module.run(quick=quick)
     result.setdefault("name", name)
     result["machine"] = machine()
     result["seconds"] = round(time.perf_counter() - t0, 1)
@@ -104,12 +117,13 @@ def run_one(name: str, quick: bool) -> dict:
     return result
 
 
-def run_in_subprocess(name: str, quick: bool) -> dict:
+def run_in_subprocess(name: str, quick: bool, gpu: bool = False) -> dict:
     """``run_one`` in a fresh interpreter, so each benchmark records only what it loaded."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, __file__, "--one", name, "--to", str(out)]
-        subprocess.run(cmd + (["--quick"] if quick else []), check=True, cwd=ROOT)
+        cmd += (["--quick"] if quick else []) + (["--gpu"] if gpu else [])
+        subprocess.run(cmd, check=True, cwd=ROOT)
         return json.loads(out.read_text())
 
 
@@ -117,19 +131,24 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("only", nargs="*", help="benchmark names (default: all)")
     parser.add_argument("--quick", action="store_true", help="small sizes; results not stored")
+    parser.add_argument("--gpu", action="store_true", help="only the GPU sections, stored apart")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one benchmark, this process
     parser.add_argument("--to", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        Path(args.to).write_text(json.dumps(run_one(args.one, args.quick)))
+        Path(args.to).write_text(json.dumps(run_one(args.one, args.quick, args.gpu)))
         return 0
-    for name in args.only or names():
-        result = run_in_subprocess(name, args.quick)
-        print(f"{name}: {result['title']} ({result['seconds']} s)")
+    for name in args.only or (gpu_names() if args.gpu else names()):
+        result = run_in_subprocess(name, args.quick, args.gpu)
+        print(f"{name}: {result.get('title', 'GPU section')} ({result['seconds']} s)")
+        if "skipped" in result:
+            print(f"  skipped: {result['skipped']}")
+            continue
         for row in result["rows"]:
             print(f"  {row['case']:<28} {row['impl']:<26} {row['value']:>12.4g} {result['unit']}")
         if not args.quick:
-            out = ROOT / "bench" / "results" / f"{name}.json"
+            folder = ROOT / "bench" / "results" / ("gpu" if args.gpu else "")
+            out = folder / f"{name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
