@@ -199,3 +199,12 @@ def test_generated_cuda_kernels_compile_to_ptx():
     assert out.returncode == 0, out.stderr
     for name in ("gelu", "softmax", "layer_norm"):
         assert f"examples.{name}.kernel0 [True, True, True]" in out.stdout, out.stdout
+
+
+def test_relu_keeps_nan_and_negative_zero_as_torch():
+    x = torch.tensor([float("nan"), -0.0, -1.0, 2.0] * 10_000)
+    torch._dynamo.reset()
+    got = torch.compile(torch.relu, backend=compile_fx)(x)
+    want = torch.relu(x)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))

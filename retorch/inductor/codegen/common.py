@@ -108,7 +108,9 @@ class KernelOps:
         return self.emit(self.cast(f"{a} ** {b}", a.dtype), a.dtype)
 
     def relu(self, x):
-        return self.emit(f"{x} if {x} > 0 else {self.constant(0.0, x.dtype)}", x.dtype)
+        """torch's relu keeps NaN and -0.0: only a value below zero becomes zero."""
+        zero = self.constant(0, x.dtype)
+        return self.emit(f"{zero} if {x} < {zero} else {x}", x.dtype)
 
     def abs(self, x):
         return self.emit(f"abs({x})", x.dtype)
