@@ -91,6 +91,11 @@ def draw_bucket_timeline(timelines: dict, n_params: int):
 
 
 # ---- run on N processes by launch() -----------------------------------------------------------
+# torch 2.13 names them *_single; older releases (2.11) have only the *_tensor names.
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def collectives_side_by_side(rank: int, world: int) -> dict:
     """Each rebuilt collective against torch.distributed's on integer data (exact), and the
     bytes this rank sent against the cost model."""
@@ -102,12 +107,12 @@ def collectives_side_by_side(rank: int, world: int) -> dict:
     rows["all_reduce (ring)"] = torch.equal(ours, theirs)
     ours, theirs = torch.empty(10, dtype=torch.int64), torch.empty(10, dtype=torch.int64)
     C.reduce_scatter(ours, big)
-    dist.reduce_scatter_single(theirs, big.clone())
+    _reduce_scatter_single(theirs, big.clone())
     rows["reduce_scatter (ring)"] = torch.equal(ours, theirs)
     ours, theirs = torch.empty(10 * world, dtype=torch.int64), torch.empty(10 * world,
                                                                            dtype=torch.int64)  # fmt: skip
     C.all_gather(ours, x)
-    dist.all_gather_single(theirs, x)
+    _all_gather_single(theirs, x)
     rows["all_gather (ring)"] = torch.equal(ours, theirs)
     ours, theirs = x.clone(), x.clone()
     C.tree_broadcast(ours, src=world - 1)
@@ -168,6 +173,7 @@ def ddp_side_by_side(rank: int, world: int, steps: int, cap_mb: float) -> dict:
 def fsdp_side_by_side(rank: int, world: int, steps: int) -> dict:
     """Sharded training against one process on the whole batch and torch's ``fully_shard``,
     then the bytes a rank holds, sharded and with DDP (Adam state included)."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     import retorch.nn as rn
@@ -178,8 +184,11 @@ def fsdp_side_by_side(rank: int, world: int, steps: int) -> dict:
 
     ours, single, theirs = _mlp(rank, rn), _mlp(0, rn), _mlp(0, torch.nn)
     units = fsdp.fully_shard_units(ours, [ours[0], ours[2]])
+    # A CPU mesh, as the gloo group is: without one, fully_shard picks the accelerator and
+    # puts rank r on cuda:r, which fails where there are fewer GPUs than ranks.
+    mesh = init_device_mesh("cpu", (world,))
     for layer in (theirs[0], theirs[2], theirs):
-        fully_shard(layer)
+        fully_shard(layer, mesh=mesh)
     opts = [ro.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (ours, single)]
     opts.append(torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9))
     order = [0, 2, 4]  # fully_shard_units builds the units in this order, the root last
