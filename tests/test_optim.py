@@ -417,6 +417,7 @@ def _run_cuda_path_under_simulator(adamw, amsgrad, steps=2):
     return our_opt
 
 
+@pytest.mark.simulator
 def test_cuda_path_under_the_simulator_matches_torch_fused(monkeypatch):
     # Small chunks, so that a few hundred elements already span several thread blocks.
     monkeypatch.setattr(_fused, "CHUNK", 64)
@@ -424,6 +425,7 @@ def test_cuda_path_under_the_simulator_matches_torch_fused(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.simulator
 @pytest.mark.parametrize("adamw", [False, True])
 @pytest.mark.parametrize("amsgrad", [False, True])
 def test_cuda_path_under_the_simulator_every_mode(monkeypatch, adamw, amsgrad):
@@ -431,6 +433,7 @@ def test_cuda_path_under_the_simulator_every_mode(monkeypatch, adamw, amsgrad):
     _run_cuda_path_under_simulator(adamw, amsgrad, steps=4)
 
 
+@pytest.mark.simulator
 def test_cuda_path_launches_on_device_arrays_made_from_the_tensors(monkeypatch):
     """What crashed on the H100: torch tensors reached the launch code (``param.size`` is a
     method there). The launch must receive the device arrays ``as_cuda_array`` makes, sharing
@@ -468,6 +471,7 @@ def test_cuda_path_launches_on_device_arrays_made_from_the_tensors(monkeypatch):
     assert buffers.exp_avg[3].item() == 42.0
 
 
+@pytest.mark.simulator
 def test_cuda_path_keeps_state_as_views_of_flat_buffers(monkeypatch):
     monkeypatch.setattr(_fused, "CHUNK", 64)
     opt = _run_cuda_path_under_simulator(adamw=False, amsgrad=False, steps=2)
@@ -495,7 +499,7 @@ def test_cuda_array_interface_needs_the_simulator_for_cpu_tensors(monkeypatch):
         _fused.cuda_array_interface(torch.zeros(3))
 
 
-@pytest.mark.parametrize("simulated_cuda", [False, True])
+@pytest.mark.parametrize("simulated_cuda", [False, pytest.param(True, marks=pytest.mark.simulator)])
 def test_fused_step_under_grad_scaler_matches_torch(monkeypatch, simulated_cuda):
     """GradScaler hands fused optimizers grad_scale and found_inf; an overflow skips a step."""
     if simulated_cuda:  # (the CPU kernel was compiled with CHUNK as a constant: leave it)
