@@ -49,6 +49,7 @@ def _unit_order(model):
 
 
 def _sharded_training(rank: int, world: int, steps: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     ours = _mlp(seed=rank)  # rank 0's init must be broadcast
@@ -56,7 +57,7 @@ def _sharded_training(rank: int, world: int, steps: int) -> dict:
     single = _mlp(seed=0)
     theirs = _mlp(seed=0, nn=torch.nn)
     for layer in (theirs[0], theirs[2], theirs):
-        fully_shard(layer)
+        fully_shard(layer, mesh=init_device_mesh("cpu", (world,)))
     # SGD with momentum: unlike Adam, it is not blind to a gradient scaled by n.
     opts = [
         ro.SGD(ours.parameters(), lr=0.05, momentum=0.9),

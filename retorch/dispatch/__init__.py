@@ -29,7 +29,6 @@ Layering: imports ``retorch.tensor`` and ``retorch.autograd`` (the two bottom la
 composes them; ``nn``, ``optim`` and ``utils.data`` reach it only through a tensor's interface.
 """
 
-
 from ._ops import ops
 from .dispatch_key import BackendComponent, DispatchKey, parse_dispatch_key
 from .dispatch_key_set import DispatchKeySet

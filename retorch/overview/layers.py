@@ -106,7 +106,12 @@ COURSE_MAP = [
         "retorch.fx, retorch.dynamo",
         "torch/fx/, torch/_dynamo/",
     ),
-    ("6b Codegen (planned)", "torch.compile back end", "(planned)", "torch/_inductor/"),
+    (
+        "6b Codegen",
+        "torch.compile back end, export",
+        "retorch.aot, retorch.inductor, retorch.export",
+        "torch/_functorch/, torch/_inductor/, torch/export/",
+    ),
     ("7 Distributed", "collectives, DDP, FSDP", "retorch.distributed", "torch/distributed/"),
     ("8 Runtime (planned)", "streams, AMP, profiler", "(planned)", "torch/cuda/, torch/amp/"),
 ]

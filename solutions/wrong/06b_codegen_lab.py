@@ -1,0 +1,137 @@
+"""Wrong answers a student could plausibly write for lab 6b; each must fail its graded check.
+
+Used by ``tools/check_wrong_answers.py 06b_codegen_lab``. Each entry replaces the
+BEGIN/END SOLUTION region of the exercise's solution cell.
+"""
+
+_FITS = """\
+outer, inner = loops_of(node)
+if node.is_reduction():
+    return (outer, inner) == (kernel.outer, kernel.inner)
+return outer in (kernel.outer, kernel.outer + kernel.inner)
+"""
+
+_RELU = """\
+zero = self.constant(0, x.dtype)
+expr = f"{zero} if {x} < {zero} else {x}"  # NaN < 0 is False: NaN passes
+return self.emit(expr, x.dtype)
+"""
+
+_SAVED = """\
+nodes = list(joint.graph.nodes)
+last = max(i for i, n in enumerate(nodes) if is_forward(n))
+forward = [n for n in nodes[: last + 1] if not n.name.startswith("tangents")]
+names = {n.name for n in forward}
+saved = []
+for n in forward:
+    if n.users and all(u.target is operator.getitem for u in n.users):
+        continue
+    if any(u.name not in names and u.op != "output" for u in n.users):
+        saved.append(n.name)
+return saved
+"""
+
+_COUNT = """\
+for node in gm.graph.nodes:
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        COUNTS[kind][str(node.target)] += 1
+return make_boxed_func(gm.forward)
+"""
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    assert old in text, old  # a wrong answer must change the solution where it says
+    return text.replace(old, new)
+
+
+WRONG = {
+    "ex1_fits": [
+        (
+            "every buffer fits every kernel",
+            "return True\n",
+        ),
+        (
+            "only a buffer with exactly the kernel's loops fits (no pointwise inside a row)",
+            "return loops_of(node) == (kernel.outer, kernel.inner)\n",
+        ),
+        (
+            "no one-value-per-row pointwise buffers (LayerNorm's rsqrt of the variance)",
+            _sub(_FITS, "outer in (kernel.outer, kernel.outer + kernel.inner)",
+                 "outer == kernel.outer + kernel.inner"),
+        ),
+        (
+            "a reduction fits any kernel with the same rows, whatever it reduces over",
+            _sub(_FITS, "(outer, inner) == (kernel.outer, kernel.inner)", "outer == kernel.outer"),
+        ),
+        (
+            "nothing ever fits: one kernel per buffer",
+            "return False\n",
+        ),
+    ],
+    "ex2_relu": [
+        (
+            "x if x > 0 else 0: NaN becomes 0",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"{x} if {x} > {zero} else {zero}"'),
+        ),
+        (
+            "(x + abs(x)) / 2: -0.0 becomes +0.0",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"({x} + abs({x})) / 2"'),
+        ),
+        (
+            "zero where x <= 0: -0.0 becomes +0.0",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"{zero} if {x} <= {zero} else {x}"'),
+        ),
+        (
+            "the expression returned as text instead of emitted as a variable",
+            _sub(_RELU, "return self.emit(expr, x.dtype)", "return expr"),
+        ),
+    ],
+    "ex3_saved": [
+        (
+            "the forward's outputs saved too (a user in the output node counted)",
+            _sub(_SAVED, ' and u.op != "output"', ""),
+        ),
+        (
+            "the tangents kept among the forward nodes (they come before the last one)",
+            _sub(_SAVED, ' if not n.name.startswith("tangents")', ""),
+        ),
+        (
+            "the inputs (primals) never saved",
+            _sub(_SAVED, "for n in forward:\n", 'for n in forward:\n    if n.op == "placeholder":\n'
+                 "        continue\n"),
+        ),
+        (
+            "every forward tensor saved, read by the backward or not",
+            _sub(_SAVED, '    if any(u.name not in names and u.op != "output" for u in n.users):\n'
+                         "        saved.append(n.name)\n", "    saved.append(n.name)\n"),
+        ),
+        (
+            "saved from the last forward node to the first",
+            _sub(_SAVED, "return saved", "return saved[::-1]"),
+        ),
+    ],
+    "ex4_backend": [
+        (
+            "every call_function counted, getitem included",
+            _sub(_COUNT, ' and isinstance(node.target, torch._ops.OpOverload)', ""),
+        ),
+        (
+            "the counts of each graph replace the earlier ones (a graph break loses a graph)",
+            _sub(_COUNT, "for node in gm.graph.nodes:",
+                 "COUNTS[kind].clear()\nfor node in gm.graph.nodes:"),
+        ),
+        (
+            "the op's packet counted (aten.mul), not its overload (aten.mul.Tensor)",
+            _sub(_COUNT, "COUNTS[kind][str(node.target)]",
+                 "COUNTS[kind][str(node.target.overloadpacket)]"),
+        ),
+        (
+            "the graph returned unboxed: AOTAutograd calls it with one list",
+            _sub(_COUNT, "return make_boxed_func(gm.forward)", "return gm.forward"),
+        ),
+        (
+            "everything counted as forward",
+            _sub(_COUNT, "COUNTS[kind]", 'COUNTS["forward"]'),
+        ),
+    ],
+}
