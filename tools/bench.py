@@ -17,8 +17,8 @@ describes code that has changed since, so the book never plots numbers of older 
 
 A GPU section is stored apart, in ``bench/results/gpu/<name>.json`` (``load_bench`` puts it
 under the result's ``"gpu"`` key), so that the CPU results keep this machine's numbers and a
-GPU machine can add its own. Where the checkout has no git (a copied tree), the commit is
-taken from ``BENCH_COMMIT``.
+GPU machine can add its own. Where ``BENCH_COMMIT`` is set (a copied tree on another machine,
+whose ``.git`` may not be its commit), it names the commit measured.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def loaded_sources() -> dict[str, str]:
 
 def commit_of(paths) -> str:
     """The current commit, with ``+dirty`` if any of ``paths`` differs from it."""
-    if not (ROOT / ".git").exists() and os.environ.get("BENCH_COMMIT"):
+    if os.environ.get("BENCH_COMMIT"):  # a copied tree, whose .git (if any) is not its commit
         return os.environ["BENCH_COMMIT"]
     try:
         head = subprocess.run(
