@@ -78,6 +78,10 @@ WRONG = {
             _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"({x} + abs({x})) / 2"'),
         ),
         (
+            "the inherited relu called (there is none during the check)",
+            "return super().relu(x)\n",
+        ),
+        (
             "zero where x <= 0: -0.0 becomes +0.0",
             _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"{zero} if {x} <= {zero} else {x}"'),
         ),
