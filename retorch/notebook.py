@@ -248,7 +248,8 @@ def plot_bench(name: str, ax=None, log: bool | None = None):
         xs = [i + j * width for i, c in enumerate(cases) if (c, impl) in value]
         ys = [value[(c, impl)] for c in cases if (c, impl) in value]
         ax.bar(xs, ys, width, label=impl)
-    ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(cases))], cases)
+    labels = [textwrap.fill(c, 11) for c in cases]  # long case names on several lines
+    ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(cases))], labels, fontsize=8)
     ax.set_ylabel(data["unit"])
     if data.get("log", True) if log is None else log:
         ax.set_yscale("log")
