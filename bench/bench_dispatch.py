@@ -14,8 +14,9 @@ and the CPU kernel; it is stored under "breakdown" (µs). The last case is one s
 cross-entropy, zero_grad, backward, step) on retorch alone against torch, in ms per step.
 
 On a machine with a GPU (and the CUDA simulator off), a GPU section times torch.add and
-retorch's add on 1-element CUDA tensors, with CUDA events. Where there is no GPU it stores why
-it was skipped, and no numbers.
+retorch's add on 1-element CUDA tensors, with CUDA events, and the same MLP step with the model
+and batches on the GPU (torch's and retorch's CUDA tensors, float64). Where there is no GPU it
+stores why it was skipped, and no numbers.
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ def _breakdown(quick: bool) -> list[dict]:
     return [{"piece": name, "value": value} for name, value in times.items()]
 
 
-def _mlp_rows(quick: bool) -> list[dict]:
+def _mlp_rows(quick: bool, device: str = "cpu") -> list[dict]:
+    """ms per MLP training step on ``device``, torch against retorch, interleaved; on CUDA
+    each step ends with a device synchronize (``torch.cuda.synchronize`` waits for Numba's
+    launches too), so the time is the step's, not its launches'."""
     from retorch import nn
     from retorch.dispatch import Tensor, to_retorch
     from retorch.optim import SGD
@@ -125,18 +129,23 @@ def _mlp_rows(quick: bool) -> list[dict]:
     y = np.argmax(x @ rng.standard_normal((10, 4)), axis=1)
     torch.manual_seed(0)
     tmodel = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4)).double()
-    rmodel = to_retorch(copy.deepcopy(tmodel))
+    rmodel = to_retorch(copy.deepcopy(tmodel), device=device)
+    tmodel = tmodel.to(device)
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.1, momentum=0.9, foreach=False)
     ropt = SGD(rmodel.parameters(), lr=0.1, momentum=0.9, foreach=False)
     tb = [(torch.from_numpy(x[i * 16 : (i + 1) * 16]), torch.from_numpy(y[i * 16 : (i + 1) * 16]))
           for i in range(steps)]  # fmt: skip
-    rb = [(Tensor.from_numpy(xb.numpy()), Tensor.from_numpy(yb.numpy())) for xb, yb in tb]
+    rb = [(Tensor.from_numpy(xb.numpy()).to(device), Tensor.from_numpy(yb.numpy()).to(device))
+          for xb, yb in tb]  # fmt: skip
+    tb = [(xb.to(device), yb.to(device)) for xb, yb in tb]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step(model, opt, xb, yb):
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sync()
 
     warm = 3
     samples: dict[str, list[float]] = {"torch": [], "retorch": []}
@@ -145,18 +154,21 @@ def _mlp_rows(quick: bool) -> list[dict]:
             ("torch", tmodel, topt, tb),
             ("retorch", rmodel, ropt, rb),
         ):
+            sync()
             t0 = time.perf_counter()
             step(model, opt, *batches[i])
             if i >= warm:
                 samples[name].append(time.perf_counter() - t0)
-    case = "MLP training step, batch 16 (ms per step)"
+    where = " on CUDA tensors" if device == "cuda" else ""
+    case = f"MLP training step, batch 16{where} (ms per step)"
     return [
         {"case": case, "impl": n, "value": statistics.median(s) * 1e3} for n, s in samples.items()
     ]
 
 
 def run_gpu(quick: bool = False) -> dict:
-    """torch.add and retorch's add on 1-element CUDA tensors, in µs (CUDA events), or why not."""
+    """torch.add and retorch's add on 1-element CUDA tensors, in µs (CUDA events), and the MLP
+    step on CUDA tensors, in ms; or why not."""
     reason = gpu_skip_reason()
     if reason:
         return {"skipped": reason}
@@ -181,7 +193,9 @@ def run_gpu(quick: bool = False) -> dict:
             samples[name].append(start.elapsed_time(end) * 1e3 / per)
     rows = [{"case": "add of 1-element CUDA tensors (µs per call)", "impl": name,
              "value": statistics.median(s)} for name, s in samples.items()]  # fmt: skip
-    return {"device": torch.cuda.get_device_name(), "unit": "µs", "rows": rows}
+    rows += _mlp_rows(quick, device="cuda")
+    return {"device": torch.cuda.get_device_name(), "unit": "as each case says: µs per call, "
+            "ms per MLP step", "rows": rows}  # fmt: skip
 
 
 def run(quick: bool = False) -> dict:

@@ -144,10 +144,36 @@ class Tensor(AutogradTensor):
         return Tensor(rt.from_numpy(array))
 
     def to_torch(self):
-        """A torch tensor with the same values (a copy; for comparisons only)."""
+        """A CPU torch tensor with the same values (a copy; for comparisons only)."""
         import torch
 
-        return torch.from_numpy(self.data.numpy().copy())
+        return torch.from_numpy(self.data.cpu().numpy().copy())
+
+    def to(self, *args, **kwargs):
+        """``t.to("cuda")``, ``t.to(dtype)``, ``t.to(device, dtype)``: ``aten::to.dtype_layout``,
+        as ``Tensor.to`` in ``python_variable_methods.cpp`` calls it; ``self`` when nothing
+        changes, else a copy through ``_to_copy`` that autograd records (``ToCopyBackward0``
+        moves the gradient back)."""
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        flags = []  # non_blocking, copy: the positional bools after the device or dtype
+        for arg in args:
+            if isinstance(arg, bool):
+                flags.append(arg)
+            elif isinstance(arg, rt.dtype) or type(arg).__name__ == "dtype":
+                dtype = arg
+            elif arg is not None:
+                device = arg
+        kwargs.update(zip(("non_blocking", "copy"), flags))
+        return _aten().to.dtype_layout(self, dtype=dtype, device=device, **kwargs)
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def is_floating_point(self) -> bool:
+        return self.data.dtype.is_floating_point
 
     # ------------------------------------------------------------------ operators
     def _scalar(self, value):
@@ -324,25 +350,28 @@ def tensor(data, dtype=None, device: str = "cpu", requires_grad: bool = False) -
     return out
 
 
-def from_torch(t, requires_grad: bool | None = None) -> Tensor:
-    """A retorch.Tensor with a torch tensor's values (a copy, through NumPy)."""
+def from_torch(t, requires_grad: bool | None = None, device: str = "cpu") -> Tensor:
+    """A retorch.Tensor on ``device`` with a torch tensor's values (a copy, through NumPy)."""
     raw = rt.tensor(t.detach().cpu().numpy())
+    if device != "cpu":
+        raw = raw.to(device=device)
     rg = t.requires_grad if requires_grad is None else requires_grad
     return Tensor(raw, requires_grad=rg)
 
 
-def to_retorch(module):
+def to_retorch(module, device: str = "cpu"):
     """Give every parameter and buffer of ``module`` (a chapter-1 ``retorch.nn.Module``, or a
-    ``torch.nn.Module``) a ``retorch.Tensor`` with the same values, in place, as ``_apply``
-    swaps a module's tensors for converted ones. ``Linear.forward`` then runs unchanged: its
-    ``F.linear`` call reaches retorch's dispatcher through ``__torch_function__``."""
+    ``torch.nn.Module``) a ``retorch.Tensor`` on ``device`` with the same values, in place, as
+    ``_apply`` swaps a module's tensors for converted ones. ``Linear.forward`` then runs
+    unchanged: its ``F.linear`` call reaches retorch's dispatcher through
+    ``__torch_function__``. A module already on retorch moves with ``module.to(device)``."""
     for sub in module.modules():
         for key, p in sub._parameters.items():
             if p is not None and not isinstance(p, Tensor):
-                sub._parameters[key] = from_torch(p, requires_grad=p.requires_grad)
+                sub._parameters[key] = from_torch(p, requires_grad=p.requires_grad, device=device)
         for key, b in sub._buffers.items():
             if b is not None and not isinstance(b, Tensor):
-                sub._buffers[key] = from_torch(b, requires_grad=False)
+                sub._buffers[key] = from_torch(b, requires_grad=False, device=device)
     return module
 
 

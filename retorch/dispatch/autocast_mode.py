@@ -87,13 +87,14 @@ class autocast:  # noqa: N801  (torch's name)
 
 
 class ToCopyBackward0(Node):
-    """The gradient of a dtype cast: the incoming gradient cast back to the input's dtype."""
+    """The gradient of a cast or a move (``_to_copy_backward`` in ``FunctionsManual.cpp``): the
+    incoming gradient cast back to the input's dtype and moved back to its device."""
 
     def apply(self, grads: list) -> tuple:
         g = grads[0]
         if g is None:
             return (None,)
-        return (AutogradTensor(g.data.to(dtype=self.self_dtype)),)
+        return (AutogradTensor(g.data.to(device=self.self_device, dtype=self.self_dtype)),)
 
 
 def _to_copy_autograd(ks, self, **kwargs):
@@ -102,7 +103,8 @@ def _to_copy_autograd(ks, self, **kwargs):
     out = _below(get_dispatcher().find_schema_or_throw("aten::_to_copy"), ks, (self,), kwargs)
     if _needs_grad([self]):
         node = ToCopyBackward0((self._gradient_edge() if self.requires_grad else NO_EDGE,))
-        node.self_dtype, node.input_metadata = self.data.dtype, (tuple(out.shape),)
+        node.self_dtype, node.self_device = self.data.dtype, self.data.device
+        node.input_metadata = (tuple(out.shape),)
         out._grad_fn, out._output_nr, out.requires_grad = node, 0, True
     return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import retorch.tensor as rt
 from retorch.autograd.tensor import Tensor as AutogradTensor
 from retorch.tensor import ops as _o
+from retorch.tensor.tensor import normalize_device
 
 from ._ops import ops
 from ._tensor import Tensor
@@ -48,6 +49,7 @@ SCHEMAS = [
     "clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor",
     "detach(Tensor(a) self) -> Tensor(a)",
     "_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
+    "to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)",
     "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor",
     "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
     "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor",
@@ -168,10 +170,25 @@ EXPLICIT = {
     "copy_": _inplace(lambda x, src, non_blocking=False: _o.copy_(x, _r(src))),
     "sum": _sum,  # torch: CompositeExplicitAutograd, plus a Meta kernel
     "mean": _mean,  # the same
-    "_to_copy": lambda self, dtype=None, **_: _w(
-        _o.clone(self.data) if dtype is None else self.data.to(dtype=dtype)
+    "_to_copy": lambda self, dtype=None, layout=None, device=None, **_: _w(
+        _to_copy(self.data, device, dtype)
     ),
 }
+
+
+def _to_copy(raw, device, dtype):
+    """``at::_to_copy`` (TensorConversions.cpp): always a new tensor, on ``device`` (a name or
+    a torch.device) in ``dtype``; between devices, ``retorch.tensor``'s ``to`` copies the bytes
+    in one transfer."""
+    out = raw.to(device=device, dtype=_as_dtype(dtype))
+    return _o.clone(out) if out is raw else out
+
+
+def _as_dtype(dtype):
+    """A retorch dtype from a retorch or torch dtype (``torch.float64`` names ``float64``)."""
+    if dtype is None or isinstance(dtype, rt.dtype):
+        return dtype
+    return getattr(rt, str(dtype).removeprefix("torch."))
 
 
 # ---------------------------------------------------------------- CompositeImplicitAutograd
@@ -208,7 +225,19 @@ def _reshape(self, shape):
     return ops.aten.view(ops.aten.clone(self, memory_format="contiguous_format"), shape)
 
 
+def _to(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+        copy=False, memory_format=None):  # fmt: skip
+    """``at::to`` → ``to_impl`` (TensorConversions.cpp): ``self`` itself when nothing would
+    change (``to_will_alias``), else ``_to_copy``, whose autograd kernel records the move."""
+    same_device = device is None or normalize_device(device) == self.device
+    same_dtype = dtype is None or _as_dtype(dtype) is self.data.dtype
+    if same_device and same_dtype and not copy:
+        return self
+    return ops.aten._to_copy(self, dtype=dtype, device=device, non_blocking=non_blocking)
+
+
 IMPLICIT = {
+    "to.dtype_layout": _to,
     "matmul": _matmul,
     "linear": _linear,
     "reshape": _reshape,
@@ -225,13 +254,53 @@ IMPLICIT = {
 }
 
 
+#: The backend ops whose ``native_functions.yaml`` entry keeps the device check: the others
+#: say ``device_check: NoCheck`` (a TensorIterator op checks devices itself, and lets a 0-dim
+#: CPU tensor join CUDA ones). tests/test_dispatch_device.py reads the yaml torch ships.
+DEVICE_CHECK = ("mm", "_softmax", "_log_softmax", "nll_loss_forward")
+
+
+def _device_checked(schema: str, fn):
+    """The CUDA wrapper torchgen writes around a kernel (``wrapper_CUDA_mm`` in
+    ``RegisterCUDA.cpp``): every tensor argument on the device of the first, through
+    ``check_and_update_common_device`` (``aten/src/ATen/core/adaption.cpp``), before the kernel
+    runs. A CPU tensor mixed with a CUDA one dispatches to CUDA (the higher backend bit) and
+    stops here. CPU wrappers have no device guard and no check, as torch's."""
+    name, params = schema.split("(", 1)
+    method = "wrapper_CUDA_" + name.replace(".", "_")
+    positional = [p.split()[-1].split("=")[0] for p in params.split(") ->")[0].split(", ")]
+
+    def kernel(*args, **kwargs):
+        common = None
+        for arg, value in [*zip(positional, args), *kwargs.items()]:
+            if isinstance(value, AutogradTensor):
+                device = value.data.device
+                if common is None:
+                    common = device
+                elif device != common:
+                    raise RuntimeError(
+                        f"Expected all tensors to be on the same device, but got {arg} is on "
+                        f"{_device_name(device)}, different from other tensors on "
+                        f"{_device_name(common)} (when checking argument in method {method})"
+                    )
+        return fn(*args, **kwargs)
+
+    return kernel
+
+
+def _device_name(device: str) -> str:
+    return "cuda:0" if device == "cuda" else device
+
+
 def _register() -> list:
     lib = Library("aten", "DEF")
     for schema in SCHEMAS:
         lib.define(schema)
+    by_name = {s.split("(")[0]: s for s in SCHEMAS}
     for name, fn in BACKEND.items():
         for key in ("CPU", "CUDA", "Meta"):
-            lib.impl(name, fn, key)
+            checked = key == "CUDA" and name in DEVICE_CHECK
+            lib.impl(name, _device_checked(by_name[name], fn) if checked else fn, key)
     for name, fn in EXPLICIT.items():
         lib.impl(name, fn, "CompositeExplicitAutograd")
     lib.impl("sum", _sum, "Meta")

@@ -452,7 +452,15 @@ class Module:
             with torch.no_grad():
                 param_applied = fn(param)
             param_grad = param.grad
-            if compute_should_use_set_data(param, param_applied):
+            if not isinstance(param, torch.Tensor):
+                # a retorch.Tensor parameter (chapter 5): torch's `.data` swap needs a
+                # TensorImpl, so a moved parameter is a new leaf, as with
+                # torch.__future__.set_overwrite_module_params_on_conversion(True)
+                out_param = param
+                if param_applied is not param:
+                    out_param = param_applied.detach().requires_grad_(param.requires_grad)
+                    self._parameters[key] = out_param
+            elif compute_should_use_set_data(param, param_applied):
                 param.data = param_applied
                 out_param = param
             else:
@@ -462,7 +470,9 @@ class Module:
             if param_grad is not None:
                 with torch.no_grad():
                     grad_applied = fn(param_grad)
-                if compute_should_use_set_data(param_grad, grad_applied):
+                if not isinstance(param_grad, torch.Tensor):
+                    out_param.grad = grad_applied.detach()
+                elif compute_should_use_set_data(param_grad, grad_applied):
                     out_param.grad.data = grad_applied
                 else:
                     out_param.grad = grad_applied.requires_grad_(param_grad.requires_grad)
