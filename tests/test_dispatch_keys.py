@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from retorch.dispatch import dispatch_key_set as dks
 from retorch.dispatch import local_dispatch_key_set as local
-from retorch.dispatch.dispatch_key import BackendComponent, DispatchKey, parse_dispatch_key
+from retorch.dispatch.dispatch_key import (
+    BACKENDS,
+    FUNCTIONALITIES,
+    BackendComponent,
+    DispatchKey,
+    parse_dispatch_key,
+    torch_key_layout,
+)
 from retorch.dispatch.dispatch_key_set import DispatchKeySet
 
 TK = torch._C.DispatchKey
@@ -20,6 +27,12 @@ def test_every_torch_key_has_torch_number():
     assert set(TK.__members__) <= set(DispatchKey.__members__)
     for name, value in TK.__members__.items():
         assert int(DispatchKey[name]) == int(value), name
+
+
+def test_the_layout_read_from_torch_is_ours():
+    """Lab 5 takes the backend and functionality order from the torch it runs on (Colab's may
+    be older); on the pinned torch that reading gives exactly retorch's tables."""
+    assert torch_key_layout() == (BACKENDS, FUNCTIONALITIES)
 
 
 def test_full_and_full_after_are_torch_bits():
