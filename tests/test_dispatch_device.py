@@ -31,6 +31,7 @@ def test_to_returns_self_when_nothing_changes_as_torch():
     for args in [("cpu",), (torch.float32,), (), ("cpu", torch.float32)]:
         assert theirs.to(*args) is theirs
         assert ours.to(*args) is ours, args
+    assert theirs.to(theirs) is theirs and ours.to(ours) is ours
     assert theirs.to("cpu", copy=True) is not theirs
     copied = ours.to("cpu", copy=True)
     assert copied is not ours and copied.data.data_ptr() != ours.data.data_ptr()
@@ -45,6 +46,7 @@ def test_to_cuda_records_the_move_and_its_gradient_comes_back_to_the_cpu():
     ta = torch.tensor([[1.0, -2.0, 3.0]], requires_grad=True)
     (ta.to(torch.float64) * ta.to(torch.float64)).sum().backward()  # the same function, on CPU
     assert a.grad.device == "cpu" and a.grad.data.dtype.name == "float32"
+    assert a.to(b).device == "cuda" and b.to(a).device == "cpu"
     np.testing.assert_array_equal(a.grad.numpy(), ta.grad.numpy())
     np.testing.assert_array_equal(b.cpu().numpy(), a.numpy())
     assert torch.equal(b.to_torch(), ta.detach())

@@ -150,7 +150,8 @@ class Tensor(AutogradTensor):
         return torch.from_numpy(self.data.cpu().numpy().copy())
 
     def to(self, *args, **kwargs):
-        """``t.to("cuda")``, ``t.to(dtype)``, ``t.to(device, dtype)``: ``aten::to.dtype_layout``,
+        """``t.to("cuda")``, ``t.to(dtype)``, ``t.to(device, dtype)``, ``t.to(other)``:
+        ``aten::to.dtype_layout``,
         as ``Tensor.to`` in ``python_variable_methods.cpp`` calls it; ``self`` when nothing
         changes, else a copy through ``_to_copy`` that autograd records (``ToCopyBackward0``
         moves the gradient back)."""
@@ -159,6 +160,8 @@ class Tensor(AutogradTensor):
         for arg in args:
             if isinstance(arg, bool):
                 flags.append(arg)
+            elif isinstance(arg, AutogradTensor):  # to(other): other's device and dtype
+                device, dtype = arg.device, arg.data.dtype
             elif isinstance(arg, rt.dtype) or type(arg).__name__ == "dtype":
                 dtype = arg
             elif arg is not None:
