@@ -21,6 +21,7 @@ from __future__ import annotations
 import retorch.tensor as rt
 from retorch.autograd.tensor import Tensor as AutogradTensor
 from retorch.tensor import ops as _o
+from retorch.tensor.dtype import as_dtype
 from retorch.tensor.tensor import normalize_device
 
 from ._ops import ops
@@ -185,10 +186,8 @@ def _to_copy(raw, device, dtype):
 
 
 def _as_dtype(dtype):
-    """A retorch dtype from a retorch or torch dtype (``torch.float64`` names ``float64``)."""
-    if dtype is None or isinstance(dtype, rt.dtype):
-        return dtype
-    return getattr(rt, str(dtype).removeprefix("torch."))
+    """``None`` or a retorch dtype, from a retorch or torch dtype (``retorch.tensor``'s rule)."""
+    return None if dtype is None else as_dtype(dtype)
 
 
 # ---------------------------------------------------------------- CompositeImplicitAutograd
