@@ -2,12 +2,15 @@
 
 Square float32 matmuls of 512 and 1024. torch calls a tuned BLAS (MKL or OpenBLAS: register
 blocking, packing, hand-written vector kernels); retorch's CPU kernel is a cache-blocked Numba
-loop over dot products of rows (b copied transposed first, 64 x 64 output tiles per task).
+loop over dot products of rows (b copied transposed first, 64 x 64 output tiles per task),
+register-blocked: 4 rows of a against 4 rows of b at a time, 16 sums in vector registers.
 2 n^3 floating-point operations per product.
 
-On a machine with a GPU, a GPU section times retorch's shared-memory tiled Numba-CUDA kernel
-against torch.cuda's matmul (cuBLAS) with TF32 off at 4096, in TFLOP/s, with the device's
-peak fp32 rate from its SM count and clock as the roofline, stored with the device's name.
+On a machine with a GPU, a GPU section times retorch's two Numba-CUDA kernels, the 16 x 16
+shared-memory tiled one and the register-tiled one (128 x 128 tiles per block, 8 x 8 outputs
+per thread), against torch.cuda's matmul (cuBLAS) with TF32 off at 4096, in TFLOP/s, with the
+device's peak fp32 rate from its SM count and clock as the roofline, stored with the
+device's name.
 """
 
 from __future__ import annotations
@@ -64,12 +67,26 @@ def run_gpu(quick: bool = False) -> dict:
         return {"skipped": reason}
     from numba import cuda
 
+    from retorch.tensor import cuda_kernels
+
     n = 1024 if quick else 4096
     torch.backends.cuda.matmul.allow_tf32 = False
     a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
     ra, rb = rt.tensor(a.cpu().numpy(), device="cuda"), rt.tensor(b.cpu().numpy(), device="cuda")
+
+    def kernel(name):
+        def mm():
+            cuda_kernels.MM_KERNEL["name"] = name
+            try:
+                return rt.mm(ra, rb)
+            finally:
+                cuda_kernels.MM_KERNEL["name"] = "auto"
+
+        return mm
+
     impls = {"torch.mm (cuBLAS, TF32 off)": lambda: torch.mm(a, b),
-             "retorch mm (tiled numba-cuda)": lambda: rt.mm(ra, rb)}  # fmt: skip
+             "retorch mm (tiled numba-cuda)": kernel("tiled"),
+             "retorch mm (register-tiled numba-cuda)": kernel("regtile")}  # fmt: skip
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples: dict[str, list[float]] = {name: [] for name in impls}
     for fn in impls.values():

@@ -1,9 +1,11 @@
 """Chapter 4: memory-bound kernels of retorch.tensor against torch, in GB/s (higher is better).
 
 Elementwise add of two 10M-element float32 tensors into a preallocated output (torch.add with
-out=, retorch's TensorIterator and parallel Numba loop); the same add allocating its 40 MB
-output, whose first touch costs a page fault per 4 KiB page (about 9,800); a sum over 10M
-float32; and retorch's sum with its loop compiled without fastmath (additions in source order).
+out=, retorch's TensorIterator and parallel Numba loop, which runs a memory-bound op in scalar
+blocks of 16 elements); the same parallel loop with each row vectorised by LLVM instead; the
+same add allocating its 40 MB output, whose first touch costs a page fault per 4 KiB page
+(about 9,800); a sum over 10M float32; and retorch's sum with its loop compiled without
+fastmath (additions in source order).
 All move memory and do almost no arithmetic, so the ceiling is the machine's memory
 bandwidth: the copy_ bars measure it (10M floats, each byte read and written once). GB/s
 count what an op must read plus write (add: 12 bytes per element, sum: 4).
@@ -28,6 +30,7 @@ import torch
 
 import retorch.tensor as rt
 from bench.gpu import gpu_skip_reason
+from retorch.tensor import scalar_ops as S
 
 
 def _sample_ms(fn, samples: list, number: int = 1) -> None:
@@ -58,17 +61,40 @@ def _strict_sum_loop():
     return strict_sum
 
 
+def _vector_add_loop():
+    """retorch's add loop for one contiguous row split into tasks, with every task's row run
+    by ``_binary_row_vector`` (the loop LLVM vectorises) instead of the scalar blocks."""
+    from numba import njit, prange
+
+    from retorch.tensor import cpu_kernels
+
+    grain, row = cpu_kernels.GRAIN, cpu_kernels._binary_row_vector
+
+    @njit(parallel=True, error_model="numpy")
+    def vector_add(out, a, b, op, alpha):
+        for t in prange((a.shape[0] + grain - 1) // grain):
+            j0 = np.int64(t) * grain
+            j1 = min(a.shape[0], j0 + grain)
+            row(op, out[j0:j1], a[j0:j1], b[j0:j1], alpha)
+
+    return vector_add
+
+
 def run(quick: bool = False) -> dict:
     n = 1_000_000 if quick else 10_000_000
     torch.manual_seed(0)
     a, b, out, dst = torch.rand(n), torch.rand(n), torch.empty(n), torch.empty(n)
     ra, rb, rout = (rt.from_numpy(t.numpy()) for t in (a, b, out))
     strict_sum, x, zero = _strict_sum_loop(), a.numpy(), np.float32(0)
+    vector_add, arrays = _vector_add_loop(), (out.numpy(), a.numpy(), b.numpy())
     label = f"{n / 1e6:g}M float32"
     copy = ("bandwidth ceiling (copy_)", lambda: dst.copy_(a))
     cases = {  # case: (bytes the op must move, {implementation: function})
         f"add(out=), {label}": (12 * n, {"torch": lambda: torch.add(a, b, out=out),
                                          "retorch": lambda: rt.add(ra, rb, out=rout)}),
+        f"add(out=), {label}, retorch vectorised by LLVM": (12 * n, {
+            "torch": lambda: torch.add(a, b, out=out),
+            "retorch": lambda: vector_add(*arrays, S.ADD, 1.0)}),
         f"add, new output, {label}": (12 * n, {"torch": lambda: torch.add(a, b),
                                                "retorch": lambda: rt.add(ra, rb)}),
         f"sum, {label}": (4 * n, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),

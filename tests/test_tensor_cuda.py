@@ -101,11 +101,32 @@ def test_reductions_softmax_and_gather():
     check(rt.gather(a, 1, g), torch.gather(ta, 1, tg))
 
 
-@pytest.mark.parametrize("kernel", ["naive", "tiled"])
+def test_contiguous_operands_take_the_unrolled_kernel(monkeypatch):
+    """Operands that coalesce to one contiguous dim (storage offsets allowed) skip the
+    offset calculator: with the general kernel removed, these ops still give torch's bits."""
+    x = rng.standard_normal(37).astype(np.float32)  # 37: not a multiple of UNROLL * threads
+    a, ta = pair(x)
+    m, tm = pair(x.reshape(37, 1) * np.ones((1, 2), np.float32))
+
+    class NoGeneralKernel:
+        def __getitem__(self, launch):
+            raise AssertionError("the general kernel ran for contiguous operands")
+
+    m2, tm2 = m + m, tm + tm
+    monkeypatch.setattr(cuda_kernels, "binary_kernel", NoGeneralKernel())
+    for name in ("add", "sub", "mul", "div", "maximum"):
+        check(getattr(rt, name)(a[2:], a[:-2]), getattr(torch, name)(ta[2:], ta[:-2]))
+        check(getattr(rt, name)(m, m2), getattr(torch, name)(tm, tm2))
+    check(rt.add(a, a, alpha=3), torch.add(ta, ta, alpha=3), rtol=1e-7)
+    with pytest.raises(AssertionError, match="general kernel"):
+        rt.add(a[:36:2], a[1::2])  # strided: the general kernel's job
+
+
+@pytest.mark.parametrize("kernel", ["naive", "tiled", "regtile"])
 def test_matmul_kernels(kernel, monkeypatch):
     monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", kernel)
     x = rng.standard_normal((5, 18)).astype(np.float32)  # k = 18 spans two 16-wide tiles
-    y = rng.standard_normal((18, 3)).astype(np.float32)
+    y = rng.standard_normal((18, 3)).astype(np.float32)  # (and three 8-deep steps of regtile)
     a, ta = pair(x)
     b, tb = pair(y)
     check(a @ b, ta @ tb, rtol=SUM32, atol=1e-5)
@@ -115,6 +136,26 @@ def test_matmul_kernels(kernel, monkeypatch):
         rtol=SUM32,
         atol=1e-5,
     )
+
+
+def test_register_tiled_matmul_covers_edges(monkeypatch):
+    """Outputs past a 128-wide tile (n = 130: two blocks, the second almost empty) and a k
+    that ends inside an 8-deep step; float64 too."""
+    monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", "regtile")
+    for dtype, tol in ((np.float32, SUM32), (np.float64, 1e-12)):
+        x = rng.standard_normal((9, 13)).astype(dtype)
+        y = rng.standard_normal((13, 130)).astype(dtype)
+        (a, ta), (b, tb) = pair(x), pair(y)
+        check(a @ b, ta @ tb, rtol=tol, atol=tol)
+
+
+def test_auto_picks_the_register_tiled_kernel_for_big_products_on_a_gpu(monkeypatch):
+    monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", "auto")
+    monkeypatch.setattr(cuda_kernels.rcuda, "simulator_enabled", lambda: False)
+    assert cuda_kernels.mm_kernel_for(4096, 4096) == "regtile"
+    assert cuda_kernels.mm_kernel_for(5, 3) == "tiled"
+    monkeypatch.setattr(cuda_kernels.rcuda, "simulator_enabled", lambda: True)
+    assert cuda_kernels.mm_kernel_for(4096, 4096) == "tiled"
 
 
 def test_misuse_raises_torchs_exception_types():

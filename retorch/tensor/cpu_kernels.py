@@ -87,6 +87,32 @@ def _task_range(task, nchunks, inner):
     return row, first, min(inner, first + GRAIN)
 
 
+#: Elements per block of :func:`_binary_row_blocks`.
+BLOCK = 16
+
+
+@njit(inline="always", **_jit)
+def _binary_row_vector(op, o_, a_, b_, alpha):
+    """One contiguous row, as a plain loop over 0-based slices (no negative-index wraparound
+    to check): LLVM vectorises it, on an AVX-512 CPU four 512-bit registers per pass."""
+    for j in range(o_.shape[0]):
+        o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
+
+
+@njit(inline="always", **_jit)
+def _binary_row_blocks(op, o_, a_, b_, alpha):
+    """The same row in blocks of ``BLOCK`` elements. LLVM cannot prove that ``o_`` does not
+    overlap ``a_`` or ``b_`` inside a block, so it keeps the block scalar: 16 loads, adds and
+    stores, unrolled."""
+    n = o_.shape[0]
+    m = n - n % BLOCK
+    for i in range(0, m, BLOCK):
+        for j in range(i, i + BLOCK):
+            o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
+    for j in range(m, n):
+        o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
+
+
 @njit(parallel=True, **_jit)
 def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
     """``out = a (op) b`` elementwise; the ``cpu_kernel`` of BinaryOpsKernel.cpp's ops."""
@@ -98,11 +124,13 @@ def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
         pa = ao + _row_start(row, shape, strides, 1)
         pb = bo + _row_start(row, shape, strides, 2)
         if so == 1 and sa == 1 and sb == 1:
-            # unit strides: slices indexed from 0 (no negative-index wraparound to check)
-            # give LLVM a loop it can vectorise
             o_, a_, b_ = out[po + j0 : po + j1], a[pa + j0 : pa + j1], b[pb + j0 : pb + j1]
-            for j in range(j1 - j0):
-                o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
+            if op == S.DIV:  # more arithmetic than memory: vectors win (the constant op
+                _binary_row_vector(S.DIV, o_, a_, b_, alpha)  # lets LLVM drop the switch)
+            elif op == S.POW:
+                _binary_row_vector(S.POW, o_, a_, b_, alpha)
+            else:  # bound by memory: the scalar blocks measured faster (make bench)
+                _binary_row_blocks(op, o_, a_, b_, alpha)
         else:
             for j in range(j0, j1):
                 out[po + j * so] = binary_scalar(op, a[pa + j * sa], b[pb + j * sb], alpha)
@@ -204,7 +232,7 @@ def scatter_loop(add, out, oo, src, so_, idx, io, shape, strides, dim_stride):
 # dependency chain (each add waits for the previous one) and cannot use vector lanes or
 # several accumulators; with it, the loop keeps e.g. 16 partial sums in a vector register.
 # Only reassociation is allowed: "nnan"/"ninf" would let LLVM assume no NaN or inf.
-_CHUNK = 1 << 16
+_CHUNK = 1 << 14
 
 
 @njit(fastmath={"reassoc", "contract"}, **_jit)
@@ -250,7 +278,8 @@ def max_rows(x, out, indices, outer, inner):
 
 
 # ---- matmul ---------------------------------------------------------------------------------
-_BLOCK = 64
+_BLOCK = 64  # rows of ``a`` per parallel task, and columns of the output per tile
+_R = 4  # the register block: _R rows of ``a`` times _R rows of ``bt``
 
 
 @njit(fastmath={"reassoc", "contract"}, **_jit)
@@ -261,24 +290,71 @@ def _dot(a, ia, b, ib, n, acc):
     return acc
 
 
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _dot4x4(a, ia, b, ib, n, acc):
+    """The 16 dot products of rows ``ia .. ia+3`` of ``a`` with rows ``ib .. ib+3`` of ``b``
+    (rows of length ``n``, starting at those element offsets, one row every ``n``): the
+    register block. Each pass of the loop loads 4 + 4 numbers and does 16 multiply-adds, and
+    LLVM turns each of the 16 sums into a vector of partial sums held in a register, so a
+    number loaded from memory is used 4 times instead of once (``_dot`` uses it once)."""
+    a0, a1 = a[ia : ia + n], a[ia + n : ia + 2 * n]  # the 4 rows of a
+    a2, a3 = a[ia + 2 * n : ia + 3 * n], a[ia + 3 * n : ia + 4 * n]
+    b0, b1 = b[ib : ib + n], b[ib + n : ib + 2 * n]  # the 4 rows of b
+    b2, b3 = b[ib + 2 * n : ib + 3 * n], b[ib + 3 * n : ib + 4 * n]
+    c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = acc
+    c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = acc
+    for k in range(n):
+        x0, x1, x2, x3 = a0[k], a1[k], a2[k], a3[k]
+        y0, y1, y2, y3 = b0[k], b1[k], b2[k], b3[k]
+        c00 += x0 * y0
+        c01 += x0 * y1
+        c02 += x0 * y2
+        c03 += x0 * y3
+        c10 += x1 * y0
+        c11 += x1 * y1
+        c12 += x1 * y2
+        c13 += x1 * y3
+        c20 += x2 * y0
+        c21 += x2 * y1
+        c22 += x2 * y2
+        c23 += x2 * y3
+        c30 += x3 * y0
+        c31 += x3 * y1
+        c32 += x3 * y2
+        c33 += x3 * y3
+    return ((c00, c01, c02, c03), (c10, c11, c12, c13),
+            (c20, c21, c22, c23), (c30, c31, c32, c33))  # fmt: skip
+
+
 @njit(parallel=True, **_jit)
 def bmm_blocked(a, bt, out, batch, m, n, k, zero):
     """``out[p] = a[p] @ bt[p].T`` with ``a`` (batch, m, k) and ``bt`` (batch, n, k), both
     row-major: every output element is a dot product of two contiguous rows. Threads take
-    64-row blocks; inside, 64x64 output tiles keep a block of ``bt`` rows in cache while
-    every ``a`` row of the block passes over it."""
+    64-row blocks of ``a``; inside, 64-column tiles of the output keep their 64 rows of ``bt``
+    in cache while the rows of ``a`` pass over them, 4 at a time against 4 rows of ``bt``
+    (``_dot4x4``). Rows and columns left over past a multiple of 4 use ``_dot``."""
     mblocks = (m + _BLOCK - 1) // _BLOCK
     for task_ in prange(batch * mblocks):
         task = np.int64(task_)
         p = task // mblocks
         i0 = (task % mblocks) * _BLOCK
         i1 = min(m, i0 + _BLOCK)
+        i4 = i0 + (i1 - i0) // _R * _R  # rows i0 .. i4 go 4 at a time
         for j0 in range(0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
-            for i in range(i0, i1):
-                ra = (p * m + i) * k
-                for j in range(j0, j1):
-                    out[(p * m + i) * n + j] = _dot(a, ra, bt, (p * n + j) * k, k, zero)
+            j4 = j0 + (j1 - j0) // _R * _R
+            for i in range(i0, i4, _R):
+                for j in range(j0, j4, _R):
+                    c = _dot4x4(a, (p * m + i) * k, bt, (p * n + j) * k, k, zero)
+                    for r in range(_R):
+                        row = out[(p * m + i + r) * n + j : (p * m + i + r) * n + j + _R]
+                        row[0], row[1], row[2], row[3] = c[r]
+            for i in range(i0, i1):  # the leftovers: columns j4 .. j1 of every row, and
+                js = j4 if i < i4 else j0  # every column of rows i4 .. i1
+                for j in range(js, j1):
+                    out[(p * m + i) * n + j] = _dot(
+                        a, (p * m + i) * k, bt, (p * n + j) * k, k, zero
+                    )
 
 
 #: ``at::internal::GRAIN_SIZE``: ``at::parallel_for`` runs a range smaller than this on the

@@ -56,6 +56,35 @@ def binary_kernel(op, out, oo, a, ao, b, bo, shape, strides, alpha, n):
         out[oo + offset_of(i, shape, strides, 0)] = binary_float(op, x, y, alpha)
 
 
+#: Elements per thread of :func:`binary_contiguous_kernel` (torch's ``thread_work_size``).
+UNROLL = 4
+
+
+@rcuda.kernel(
+    *(f"void(int64, {t}[:], int64, {t}[:], int64, {t}[:], int64, float64, int64)" for t in FLOATS)
+)
+def binary_contiguous_kernel(op, out, oo, a, ao, b, bo, alpha, n):
+    """The fast path for operands that are all contiguous (``iter.is_contiguous()`` in
+    ``CUDALoops.cuh``): element ``i`` is at offset ``i`` in each, so no ``offset_of`` and its
+    divisions. As torch's ``unrolled_elementwise_kernel``, a block of T threads takes
+    ``UNROLL * T`` consecutive elements and thread ``t`` the elements ``t, t + T, t + 2T, ..``:
+    each of its ``UNROLL`` loads is coalesced across the warp, and all of them are in flight
+    before the first add."""
+    threads = cuda.blockDim.x
+    base = cuda.blockIdx.x * (UNROLL * threads) + cuda.threadIdx.x
+    x = cuda.local.array(UNROLL, dtype=a.dtype)
+    y = cuda.local.array(UNROLL, dtype=a.dtype)
+    for u in range(UNROLL):  # load everything first ...
+        i = base + u * threads
+        if i < n:
+            x[u] = a[ao + i]
+            y[u] = b[bo + i]
+    for u in range(UNROLL):  # ... then compute and store
+        i = base + u * threads
+        if i < n:
+            out[oo + i] = binary_float(op, x[u], y[u], alpha)
+
+
 @rcuda.kernel(
     *(
         f"void(int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], "
@@ -235,6 +264,57 @@ def mm_tiled_kernel(a, b, c, zero):
         c[i, j] = acc
 
 
+#: Register tiling: a block computes a BM x BN tile of ``c`` in steps of BK along ``k``;
+#: each of its (BM // TM) * (BN // TN) = 256 threads keeps a TM x TN piece in registers.
+BM, BN, BK, TM, TN = 128, 128, 8, 8, 8
+
+
+@rcuda.kernel(*(f"void({t}[:, :], {t}[:, :], {t}[:, :], {t})" for t in FLOATS))
+def mm_regtile_kernel(a, b, c, zero):
+    """The tiled kernel, one level further (the "2-D block tiling" of the CUDA sgemm
+    tutorials; cuBLAS goes further still). A thread computes TM x TN = 64 outputs instead of
+    one: per step of ``kk`` it reads TM numbers of ``a`` and TN of ``b`` from shared memory
+    and does TM * TN multiply-adds on them, held in registers (``cuda.local.array`` with
+    constant indices after unrolling). ``a``'s tile is stored transposed, so the TM numbers a
+    thread reads are consecutive. Launch with 256 threads and one block per BM x BN tile."""
+    sa = cuda.shared.array((BK, BM), dtype=a.dtype)  # sa[kk, i] = a[i0 + i, k + kk]
+    # (each shared array on its own line: the simulator aliases two made on one line)
+    sb = cuda.shared.array((BK, BN), dtype=a.dtype)  # sb[kk, j] = b[k + kk, j0 + j]
+    acc = cuda.local.array((TM, TN), dtype=a.dtype)
+    ra = cuda.local.array(TM, dtype=a.dtype)
+    rb = cuda.local.array(TN, dtype=a.dtype)
+    tid = cuda.threadIdx.x
+    ti, tj = tid // (BN // TN), tid % (BN // TN)  # this thread's piece of the tile
+    i0, j0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+    m, n, kdim = c.shape[0], c.shape[1], a.shape[1]
+    for u in range(TM):
+        for v in range(TN):
+            acc[u, v] = zero
+    for k in range(0, kdim, BK):
+        for r in range(tid, BM * BK, 256):  # 4 loads of each tile per thread, coalesced:
+            i, kk = r // BK, r % BK  # consecutive threads read consecutive k of a row of a
+            ok = i0 + i < m and k + kk < kdim
+            sa[kk, i] = a[i0 + i, k + kk] if ok else zero
+            kk2, j = r // BN, r % BN  # ... and consecutive j of a row of b
+            ok = k + kk2 < kdim and j0 + j < n
+            sb[kk2, j] = b[k + kk2, j0 + j] if ok else zero
+        cuda.syncthreads()
+        for kk in range(BK):
+            for u in range(TM):
+                ra[u] = sa[kk, ti * TM + u]
+            for v in range(TN):
+                rb[v] = sb[kk, tj * TN + v]
+            for u in range(TM):
+                for v in range(TN):
+                    acc[u, v] += ra[u] * rb[v]
+        cuda.syncthreads()
+    for u in range(TM):
+        for v in range(TN):
+            i, j = i0 + ti * TM + u, j0 + tj * TN + v
+            if i < m and j < n:
+                c[i, j] = acc[u, v]
+
+
 # ---- launch geometry ------------------------------------------------------------------------
 THREADS = 256
 BLOCKS_PER_SM = 32
@@ -280,7 +360,13 @@ def binary_cuda(it, op, alpha):
     check_dtype(S.BINARY_NAMES[op], it.common_dtype)
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
     alpha = float(it.common_dtype.np.type(alpha))
-    _launch(binary_kernel, it.numel(), op, out, oo, a, ao, b, bo, shape, strides, alpha)
+    n = it.numel()
+    if len(shape) == 1 and (strides == 1).all() and n:  # coalesced to one contiguous dim
+        threads = launch_config(n)[1] if rcuda.simulator_enabled() else 128
+        blocks = -(-n // (UNROLL * threads))
+        binary_contiguous_kernel[blocks, threads](op, out, oo, a, ao, b, bo, alpha, n)
+        return
+    _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, shape, strides, alpha)
 
 
 @stub("compare").register("cuda")
@@ -354,8 +440,19 @@ def max_cuda(x, values, indices, outer, inner):
     max_rows_kernel[blocks, threads](_flat(x), _flat(values), _flat(indices), outer, inner)
 
 
-#: Which CUDA matmul kernel ``bmm`` launches: "tiled" (shared memory) or "naive".
-MM_KERNEL = {"name": "tiled"}
+#: Which CUDA matmul kernel ``bmm`` launches: "naive", "tiled" (shared memory),
+#: "regtile" (shared memory and registers) or "auto": "regtile" on a GPU for products of at
+#: least BM x BN outputs, else "tiled" (under the simulator "regtile"'s 256 threads per block
+#: cost seconds; tests run it there on purpose, on small inputs).
+MM_KERNEL = {"name": "auto"}
+
+
+def mm_kernel_for(m: int, n: int) -> str:
+    name = MM_KERNEL["name"]
+    if name == "auto":
+        big = m * n >= BM * BN and not rcuda.simulator_enabled()
+        name = "regtile" if big else "tiled"
+    return name
 
 
 @stub("bmm").register("cuda")
@@ -366,11 +463,15 @@ def bmm_cuda(a, b, out):
     b = contiguous(b)
     batch, m, k = a.shape
     n = b.shape[2]
-    k_ = mm_tiled_kernel if MM_KERNEL["name"] == "tiled" else mm_naive_kernel
-    grid = ((m + TILE - 1) // TILE, (n + TILE - 1) // TILE)
+    name = mm_kernel_for(m, n)
+    if name == "regtile":
+        k_, grid, block = mm_regtile_kernel, (-(-n // BN), -(-m // BM)), 256
+    else:
+        k_ = mm_tiled_kernel if name == "tiled" else mm_naive_kernel
+        grid, block = ((m + TILE - 1) // TILE, (n + TILE - 1) // TILE), (TILE, TILE)
     zero = a.dtype.np.type(0)
     for p in range(batch):
         A = _flat(a)[p * m * k : (p + 1) * m * k].reshape(m, k)
         B = _flat(b)[p * k * n : (p + 1) * k * n].reshape(k, n)
         C = _flat(out)[p * m * n : (p + 1) * m * n].reshape(m, n)
-        k_[grid, (TILE, TILE)](A, B, C, zero)
+        k_[grid, block](A, B, C, zero)
