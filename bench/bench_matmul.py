@@ -3,8 +3,9 @@
 Square float32 matmuls of 512 and 1024. torch calls a tuned BLAS (MKL or OpenBLAS: register
 blocking, packing, hand-written vector kernels); retorch's CPU kernel is a cache-blocked Numba
 loop over dot products of rows (b copied transposed first, 64 x 64 output tiles per task),
-register-blocked: 4 rows of a against 4 rows of b at a time, 16 sums in vector registers.
-2 n^3 floating-point operations per product.
+register-blocked: 4 rows of a against 4 rows of b at a time, 16 sums in vector registers;
+and the same loop without the register blocks (one dot product at a time). 2 n^3
+floating-point operations per product.
 
 On a machine with a GPU, a GPU section times retorch's two Numba-CUDA kernels, the 16 x 16
 shared-memory tiled one and the register-tiled one (128 x 128 tiles per block, 8 x 8 outputs
@@ -18,14 +19,42 @@ from __future__ import annotations
 import statistics
 import time
 
+import numpy as np
 import torch
 
 import retorch.tensor as rt
 from bench.gpu import gpu_skip_reason
 
 
+def _unblocked_loop():
+    """``bmm_blocked`` without its register blocks: the same tasks and 64 x 64 tiles, every
+    output element one call of ``_dot`` (one row of ``a`` against one row of ``bt``)."""
+    from numba import njit, prange
+
+    from retorch.tensor import cpu_kernels
+
+    dot, block = cpu_kernels._dot, cpu_kernels._BLOCK
+
+    @njit(parallel=True, error_model="numpy")
+    def mm_unblocked(a, bt, out, m, n, k, zero):
+        for t in prange((m + block - 1) // block):
+            i0 = np.int64(t) * block
+            for j0 in range(0, n, block):
+                for i in range(i0, min(m, i0 + block)):
+                    for j in range(j0, min(n, j0 + block)):
+                        out[i * n + j] = dot(a, i * k, bt, j * k, k, zero)
+
+    def mm(a, b):  # as bmm_kernel: copy b transposed, then the loop
+        bt, out = np.ascontiguousarray(b.T), np.empty((a.shape[0], b.shape[1]), a.dtype)
+        mm_unblocked(a.ravel(), bt.ravel(), out.ravel(), *out.shape, a.shape[1], a.dtype.type(0))
+        return out
+
+    return mm
+
+
 def run(quick: bool = False) -> dict:
     sizes = [128, 256] if quick else [512, 1024]
+    unblocked = _unblocked_loop()
     rows = []
     for n in sizes:
         torch.manual_seed(0)
@@ -34,6 +63,7 @@ def run(quick: bool = False) -> dict:
         impls = {
             "torch.mm (BLAS)": lambda: torch.mm(a, b),
             "retorch mm (numba)": lambda: rt.mm(ra, rb),
+            "retorch without register blocks": lambda: unblocked(a.numpy(), b.numpy()),
         }
         for fn in impls.values():
             fn()

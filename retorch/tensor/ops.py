@@ -12,6 +12,7 @@ Mirrors the structured kernels of ``aten/src/ATen/native/BinaryOps.cpp`` (``add`
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as np
 
@@ -439,9 +440,10 @@ def _reduce_layout(x, dim, keepdim, name):
     kept = [d for d in range(len(sizes)) if not reduced[d]]
     gone = [d for d in range(len(sizes)) if reduced[d]]
     xs = x if n else x.reshape(1)
-    xp = contiguous(xs.permute(*(kept + gone)))
-    outer = int(np.prod([sizes[d] for d in kept])) if kept else 1
-    inner = int(np.prod([sizes[d] for d in gone])) if gone else 1
+    order = kept + gone
+    xp = contiguous(xs if order == sorted(order) else xs.permute(*order))
+    outer = math.prod(sizes[d] for d in kept)
+    inner = math.prod(sizes[d] for d in gone)
     if keepdim:
         shape = [1 if reduced[d] else sizes[d] for d in range(len(sizes))] if n else []
     else:
