@@ -11,7 +11,7 @@ bandwidth: the copy_ bars measure it (10M floats, each byte read and written onc
 count what an op must read plus write (add: 12 bytes per element, sum: 4).
 
 Implementations take turns (so drifts of the machine hit all of them), and each turn is one
-untimed call followed by a timed block of 5 calls: torch and Numba each run their own OpenMP
+untimed call followed by a timed block of 3 calls (41 turns): torch and Numba each run their own OpenMP
 thread pool, and the pool that ran last keeps its threads spinning for a while, which slows
 the other library's next call on a 2-core machine. The untimed call absorbs that switch, so
 the block measures each library's steady state, as a program calling one op in a loop sees it.
@@ -108,10 +108,10 @@ def run(quick: bool = False) -> dict:
             fn()
             fn()
         samples: dict[str, list[float]] = {name: [] for name in impls}
-        for _ in range(5 if quick else 21):
+        for _ in range(5 if quick else 41):
             for name, fn in impls.items():  # interleaved, so drifts hit every implementation
                 fn()  # absorbs the switch from the other library's thread pool
-                _sample_ms(fn, samples[name], number=2 if quick else 5)
+                _sample_ms(fn, samples[name], number=2 if quick else 3)
         for name, ms in samples.items():
             moved = 8 * n if name == copy[0] else nbytes  # copy_ reads and writes each byte
             rows.append({"case": case, "impl": name, "value": moved / statistics.median(ms) / 1e6})
