@@ -139,14 +139,17 @@ def test_matmul_kernels(kernel, monkeypatch):
 
 
 def test_register_tiled_matmul_covers_edges(monkeypatch):
-    """Outputs past a 128-wide tile (n = 130: two blocks, the second almost empty) and a k
-    that ends inside an 8-deep step; float64 too."""
+    """Outputs past a 128-wide tile (n = 130: two blocks, the second almost empty), a k
+    that ends inside an 8-deep step, float64 too, and a batch of two with two block rows."""
     monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", "regtile")
     for dtype, tol in ((np.float32, SUM32), (np.float64, 1e-12)):
         x = rng.standard_normal((9, 13)).astype(dtype)
         y = rng.standard_normal((13, 130)).astype(dtype)
         (a, ta), (b, tb) = pair(x), pair(y)
         check(a @ b, ta @ tb, rtol=tol, atol=tol)
+    x, y = rng.standard_normal((2, 131, 9)), rng.standard_normal((2, 9, 3))  # 2 block rows
+    (a, ta), (b, tb) = pair(x), pair(y)
+    check(rt.bmm(a, b), torch.bmm(ta, tb), rtol=1e-12, atol=1e-12)
 
 
 def test_auto_picks_the_register_tiled_kernel_for_big_products_on_a_gpu(monkeypatch):
