@@ -91,7 +91,8 @@ def run(quick: bool = False) -> dict:
 
 
 def run_gpu(quick: bool = False) -> dict:
-    """The tiled kernel against cuBLAS with TF32 off, in TFLOP/s, or why it was skipped."""
+    """The tiled and the register-tiled kernel against cuBLAS with TF32 off, in TFLOP/s, or
+    why it was skipped."""
     reason = gpu_skip_reason()
     if reason:
         return {"skipped": reason}

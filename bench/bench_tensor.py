@@ -17,7 +17,8 @@ the other library's next call on a 2-core machine. The untimed call absorbs that
 the block measures each library's steady state, as a program calling one op in a loop sees it.
 
 On a machine with a GPU, a GPU section times the same add on 64M floats with CUDA events
-(retorch's grid-stride Numba-CUDA kernel against torch.cuda), stored with the device's name.
+(retorch's Numba-CUDA kernel for contiguous operands against torch.cuda), stored with the
+device's name.
 """
 
 from __future__ import annotations

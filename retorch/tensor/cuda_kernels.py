@@ -2,9 +2,10 @@
 
 Mirrors ``aten/src/ATen/native/cuda/Loops.cuh`` and ``CUDALoops.cuh`` (``gpu_kernel``: one
 thread per output element, the element's offset in each operand computed from its linear
-index by ``OffsetCalculator``), ``Reduce.cuh`` (a block cooperates on one output, with a tree
-in shared memory), ``ScatterGatherKernel.cu`` and, for matmul, the textbook naive and
-shared-memory tiled kernels (torch itself calls cuBLAS: ``aten/src/ATen/native/cuda/Blas.cpp``).
+index by ``OffsetCalculator``; for contiguous operands, the unrolled kernel without offsets),
+``Reduce.cuh`` (a block cooperates on one output, with a tree in shared memory),
+``ScatterGatherKernel.cu`` and, for matmul, three textbook kernels: naive, shared-memory tiled,
+and register-tiled (torch itself calls cuBLAS: ``aten/src/ATen/native/cuda/Blas.cpp``).
 
 Every kernel is declared with :func:`retorch.cuda.kernel` and its Numba signatures, so
 ``tools/check_ptx.py`` compiles it to PTX for sm_75/80/90; the tests run it under the CUDA
