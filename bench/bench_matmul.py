@@ -132,8 +132,10 @@ def run_gpu(quick: bool = False) -> dict:
             end.synchronize()
             samples[name].append(start.elapsed_time(end))
     dev = cuda.get_current_device()
-    # fp32 roofline: 128 FP32 lanes per SM (sm_80 and later), 2 flops per fused multiply-add
-    peak = dev.MULTIPROCESSOR_COUNT * 128 * 2 * dev.CLOCK_RATE * 1e3 / 1e12
+    # fp32 roofline: FP32 lanes per SM (64 up to sm_80, 128 from sm_86 on), 2 flops per
+    # fused multiply-add
+    lanes = 128 if dev.compute_capability >= (8, 6) else 64
+    peak = dev.MULTIPROCESSOR_COUNT * lanes * 2 * dev.CLOCK_RATE * 1e3 / 1e12
     rows = [
         {"case": f"{n} x {n} float32", "impl": name,
          "value": 2 * n**3 / statistics.median(ms) / 1e9}

@@ -2,7 +2,8 @@
 
 Elementwise add of two 10M-element float32 tensors into a preallocated output (torch.add with
 out=, retorch's TensorIterator and parallel Numba loop, which runs a memory-bound op in scalar
-blocks of 16 elements); the same parallel loop with each row vectorised by LLVM instead; the
+blocks of 16 elements); the same parallel loop with each row vectorised by LLVM instead (a loop
+compiled for add alone); the
 same add allocating its 40 MB output, whose first touch costs a page fault per 4 KiB page
 (about 9,800); a sum over 10M float32; and retorch's sum with its loop compiled without
 fastmath (additions in source order).
@@ -64,19 +65,21 @@ def _strict_sum_loop():
 
 def _vector_add_loop():
     """retorch's add loop for one contiguous row split into tasks, with every task's row run
-    by ``_binary_row_vector`` (the loop LLVM vectorises) instead of the scalar blocks."""
+    by ``_binary_row_vector`` for the op ``add`` fixed at compile time (the loop LLVM
+    vectorises, one compiled loop for this op alone, as torch compiles one per op) instead of
+    the scalar blocks that serve every cheap op."""
     from numba import njit, prange
 
     from retorch.tensor import cpu_kernels
 
-    grain, row = cpu_kernels.GRAIN, cpu_kernels._binary_row_vector
+    grain, row, add = cpu_kernels.GRAIN, cpu_kernels._binary_row_vector, S.ADD
 
     @njit(parallel=True, error_model="numpy")
-    def vector_add(out, a, b, op, alpha):
+    def vector_add(out, a, b):
         for t in prange((a.shape[0] + grain - 1) // grain):
             j0 = np.int64(t) * grain
             j1 = min(a.shape[0], j0 + grain)
-            row(op, out[j0:j1], a[j0:j1], b[j0:j1], alpha)
+            row(add, out[j0:j1], a[j0:j1], b[j0:j1], 1.0)
 
     return vector_add
 
@@ -95,7 +98,7 @@ def run(quick: bool = False) -> dict:
                                          "retorch": lambda: rt.add(ra, rb, out=rout)}),
         f"add(out=), {label}, retorch vectorised by LLVM": (12 * n, {
             "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: vector_add(*arrays, S.ADD, 1.0)}),
+            "retorch": lambda: vector_add(*arrays)}),
         f"add, new output, {label}": (12 * n, {"torch": lambda: torch.add(a, b),
                                                "retorch": lambda: rt.add(ra, rb)}),
         f"sum, {label}": (4 * n, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),

@@ -94,7 +94,8 @@ BLOCK = 16
 @njit(inline="always", **_jit)
 def _binary_row_vector(op, o_, a_, b_, alpha):
     """One contiguous row, as a plain loop over 0-based slices (no negative-index wraparound
-    to check): LLVM vectorises it, on an AVX-512 CPU four 512-bit registers per pass."""
+    to check). Called with ``op`` a constant, LLVM drops the op switch and vectorises the
+    loop (on an AVX-512 CPU, four 512-bit registers per pass)."""
     for j in range(o_.shape[0]):
         o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
 
@@ -125,12 +126,14 @@ def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
         pb = bo + _row_start(row, shape, strides, 2)
         if so == 1 and sa == 1 and sb == 1:
             o_, a_, b_ = out[po + j0 : po + j1], a[pa + j0 : pa + j1], b[pb + j0 : pb + j1]
-            if op == S.DIV:  # more arithmetic than memory: vectors win (the constant op
-                _binary_row_vector(S.DIV, o_, a_, b_, alpha)  # lets LLVM drop the switch)
+            # div and pow do more arithmetic than memory traffic: each gets a loop of its own,
+            # its op a constant, so LLVM drops the switch and vectorises the loop
+            if op == S.DIV:
+                _binary_row_vector(S.DIV, o_, a_, b_, alpha)
             elif op == S.POW:
                 _binary_row_vector(S.POW, o_, a_, b_, alpha)
-            else:  # bound by memory: the scalar blocks measured faster (make bench)
-                _binary_row_blocks(op, o_, a_, b_, alpha)
+            else:  # bound by memory: one scalar loop serves every other op (make bench
+                _binary_row_blocks(op, o_, a_, b_, alpha)  # times it against a vector loop)
         else:
             for j in range(j0, j1):
                 out[po + j * so] = binary_scalar(op, a[pa + j * sa], b[pb + j * sb], alpha)
@@ -299,7 +302,8 @@ def _dot4x4(a, ia, b, ib, n, acc):
     number loaded from memory is used 4 times instead of once (``_dot`` uses it once)."""
     a0, a1 = a[ia : ia + n], a[ia + n : ia + 2 * n]  # the 4 rows of a
     a2, a3 = a[ia + 2 * n : ia + 3 * n], a[ia + 3 * n : ia + 4 * n]
-    b0, b1 = b[ib : ib + n], b[ib + n : ib + 2 * n]  # the 4 rows of b
+    b0, b1 = b[ib : ib + n], b[ib + n : ib + 2 * n]  # 4 rows of b (bt: 4 columns of the
+    # original right-hand side)
     b2, b3 = b[ib + 2 * n : ib + 3 * n], b[ib + 3 * n : ib + 4 * n]
     c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = acc
     c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = acc
