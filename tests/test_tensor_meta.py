@@ -124,6 +124,25 @@ def test_elementwise_broadcasting_and_promotion(data, op):
     same_on_meta(lambda L: BINARY[op](L, L.make(sa, da, la), L.make(sb, db, lb)))
 
 
+@pytest.mark.parametrize(
+    "what",
+    ["a > 0", "a + 1", "a * rt.tensor(2.0)", "(a > 0) & (b > 0)", "a + b"],
+)
+def test_cpu_scalars_take_no_part_in_the_output_layout(what):
+    """A permuted (2, 1, 1) that is contiguous once its size-1 dims are ignored: torch's meta
+    refs drop CPU scalars (Python numbers, 0-dim CPU tensors) before they look for a layout,
+    so ``a > 0`` comes out contiguous, (1, 1, 1), where TensorIterator on CPU keeps (1, 2, 2)
+    (a case hypothesis found)."""
+
+    def run(L):
+        a = L.make((2, 1, 1), "float32", "permuted")
+        b = L.make((1, 2), "float32", "permuted")
+        return eval(what, {"a": a, "b": b, "rt": L.mod})  # noqa: S307  (fixed strings above)
+
+    ours, theirs = run(Lib(True)), run(Lib(False))
+    assert (tuple(ours.shape), ours.stride()) == (tuple(theirs.shape), theirs.stride())
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_where_and_python_numbers(data):

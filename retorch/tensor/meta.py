@@ -126,15 +126,17 @@ def _logical_to_physical_perm(shape, all_strides) -> list[int]:
 
 def elementwise_strides(shape, *inputs) -> tuple[int, ...]:
     """``compute_elementwise_output_strides`` (torch/_prims_common/__init__.py): the strides of
-    an elementwise ref's output on ``"meta"``, its inputs (a Python number too, as a 0-dim
-    tensor) expanded to ``shape``. On CPU, TensorIterator decides (reorder_dimensions); the two
-    disagree in corners (size-0 and size-1 dims), and on meta torch uses this one."""
+    an elementwise ref's output on ``"meta"``, its inputs expanded to ``shape``. CPU scalar
+    tensors (a Python number too, as a 0-dim CPU tensor) take no part, as torch's
+    ``is_cpu_scalar_tensor`` filter says. On CPU, TensorIterator decides (reorder_dimensions);
+    the two disagree in corners (size-0 and size-1 dims), and on meta torch uses this one."""
     shape = tuple(shape)
     if not shape:
         return ()
     if len(shape) == 1:
         return (1,)
-    all_strides = [_expanded_strides(t, shape) for t in inputs]
+    tensors = [t for t in inputs if not (t.dim() == 0 and t.device == "cpu")]
+    all_strides = [_expanded_strides(t, shape) for t in tensors] or [contiguous_strides(shape)]
     perm = _logical_to_physical_perm(shape, all_strides)
     physical = contiguous_strides([shape[p] for p in perm])
     out = [0] * len(shape)
