@@ -432,6 +432,8 @@ def _reduce_layout(x, dim, keepdim, name):
     elif name in ("amax", "max") and x.numel() == 0:
         _zero_numel_check_dims(x, dim, name)
     if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        if n and x.is_contiguous():  # all of a contiguous tensor: one row, as TensorIterator's
+            return x, 1, x.numel(), (1,) * n if keepdim else ()  # coalesce_dimensions makes it
         reduced = [True] * _py_max(n, 1)
     else:
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)

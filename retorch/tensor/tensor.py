@@ -26,6 +26,8 @@ _TYPE_NAMES = {
 def normalize_device(device) -> str:
     """``"cpu"``, ``"cuda"``, ``"cuda:0"``, ``"meta"`` or a torch.device, as ``"cpu"``,
     ``"cuda"`` or ``"meta"``."""
+    if type(device) is str and device in ("cpu", "cuda", "meta"):
+        return device
     name = str(device).split(":")[0]
     if name not in ("cpu", "cuda", "meta"):
         raise RuntimeError(

@@ -42,7 +42,7 @@ def empty_strided(size, stride, dtype=None, device="cpu") -> Tensor:
 
 def empty(*size, dtype=None, device="cpu", memory_format="contiguous_format") -> Tensor:
     size = _size_arg(size)
-    fmt = str(memory_format).replace("torch.", "")
+    fmt = memory_format if type(memory_format) is str else str(memory_format).replace("torch.", "")
     strides = channels_last_strides_2d(size) if fmt == "channels_last" else contiguous_strides(size)
     return empty_strided(size, strides, dtype, device)
 

@@ -79,8 +79,8 @@ class TensorImpl:
     def __init__(self, storage: Storage, dtype: DType, sizes, strides, storage_offset=0):
         self.storage = storage
         self.dtype = dtype
-        self.sizes = tuple(int(s) for s in sizes)
-        self.strides = tuple(int(s) for s in strides)
+        self.sizes = tuple(map(int, sizes))
+        self.strides = tuple(map(int, strides))
         self.storage_offset = int(storage_offset)
         # A Python number turned into a 0-dim tensor (at::wrapped_scalar_tensor): it takes
         # part in type promotion only as a "category" (see type_promotion.py).
@@ -108,9 +108,11 @@ class TensorImpl:
 
 def storage_nbytes(sizes, strides, itemsize: int, storage_offset: int = 0) -> int:
     """``at::detail::computeStorageNbytes``: bytes a storage needs to hold this view."""
-    if any(s == 0 for s in sizes):
+    if 0 in sizes:
         return 0
-    last = storage_offset + sum((s - 1) * st for s, st in zip(sizes, strides))
+    last = storage_offset
+    for s, st in zip(sizes, strides):
+        last += (s - 1) * st
     return (last + 1) * itemsize
 
 

@@ -251,9 +251,14 @@ def contiguous(self, memory_format="contiguous_format", copy=False):
     return out
 
 
+_FORMATS = ("contiguous_format", "channels_last", "preserve_format")
+
+
 def _memory_format(fmt) -> str:
+    if type(fmt) is str and fmt in _FORMATS:  # the common case, with no string to build
+        return fmt
     name = getattr(fmt, "__str__", None) and str(fmt).replace("torch.", "")
-    if name not in ("contiguous_format", "channels_last", "preserve_format"):
+    if name not in _FORMATS:
         raise RuntimeError(f"unsupported memory format {fmt!r}")
     return name
 
