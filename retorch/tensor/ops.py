@@ -79,6 +79,8 @@ def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
 def _check_alpha(a, b, alpha):
     from .type_promotion import result_type
 
+    if type(alpha) is int:  # valid for every dtype: skip working out the result's dtype
+        return
     dt = result_type(_as_tensor(a), _as_tensor(b))
     if isinstance(alpha, bool) and dt is not bool_ and alpha is not True:
         raise RuntimeError("Boolean alpha only supported for Boolean results.")
