@@ -122,6 +122,49 @@ def test_contiguous_operands_take_the_unrolled_kernel(monkeypatch):
         rt.add(a[:36:2], a[1::2])  # strided: the general kernel's job
 
 
+def test_launches_pass_no_host_arrays(monkeypatch):
+    """A NumPy array given to a kernel makes Numba copy it to the GPU before the launch and
+    back after it, synchronously: shapes and strides must travel by value (as tuples)."""
+    from retorch import cuda as rcuda
+
+    launched = []
+
+    class NoHostArrays:
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, config):
+            def launch(*args):
+                hosts = [type(x).__name__ for x in args if isinstance(x, np.ndarray)]
+                assert not hosts, f"{self.name} was given host arrays: {hosts}"
+                launched.append(self.name)
+                return self.kernel[config](*args)
+
+            return launch
+
+    for spec in rcuda.KERNELS:
+        name = spec.pyfunc.__name__
+        if spec.pyfunc.__module__ == cuda_kernels.__name__ and not spec.device:
+            monkeypatch.setattr(cuda_kernels, name, NoHostArrays(name, spec.dispatcher))
+    a, ta = pair(A)
+    b, tb = pair(B)
+    c, tc = pair(A > 0)
+    idx, tidx = pair(np.array([[1, 0], [0, 1]]))
+    check(a.t() * b[:2], ta.t() * tb[:2])
+    check(rt.gt(a, b), torch.gt(ta, tb))
+    check(rt.exp(a), torch.exp(ta), rtol=RTOL32)
+    check(rt.where(c, a, b), torch.where(tc, ta, tb))
+    check(a.t().contiguous(), ta.t().contiguous())
+    check(rt.gather(a, 1, idx), torch.gather(ta, 1, tidx))
+    rows, trows = pair(np.array([2, 0]))
+    check(rt.zeros(3, 3, device="cuda").index_add_(0, rows, a),
+          torch.zeros(3, 3).index_add_(0, trows, ta))  # fmt: skip
+    check(rt.sum(a, 1), torch.sum(ta, 1), rtol=SUM32)
+    check(rt.mm(a, a.t()), torch.mm(ta, ta.t()), rtol=SUM32)
+    assert {"binary_kernel", "compare_kernel", "unary_kernel", "where_kernel", "copy_kernel",
+            "gather_kernel", "scatter_kernel", "sum_rows_kernel"} <= set(launched)
+
+
 @pytest.mark.parametrize("kernel", ["naive", "tiled", "regtile"])
 def test_matmul_kernels(kernel, monkeypatch):
     monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", kernel)

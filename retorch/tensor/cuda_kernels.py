@@ -32,21 +32,36 @@ compare = rcuda.device_function(*(f"boolean(int64, {t}, {t})" for t in FLOATS))(
 unary_float = rcuda.device_function(*(f"float64(int64, {t})" for t in FLOATS))(S.unary_float)
 
 
-@rcuda.device_function("int64(int64, int64[:], int64[:, :], int64)")
+def _meta_sig(operands: int, dims: int = 2) -> str:
+    """The Numba types of ``shape`` and ``strides`` for ``operands`` operands over ``dims``
+    dims: tuples, passed by value (the signatures compile a 2-dim case for the PTX check)."""
+    return f"UniTuple(int64, {dims}), UniTuple(int64, {operands * dims})"
+
+
+@rcuda.device_function(f"int64(int64, {_meta_sig(3)}, int64)")
 def offset_of(i, shape, strides, k):
-    """``OffsetCalculator::get``: the element offset of linear index ``i`` in operand ``k``."""
+    """``OffsetCalculator::get``: the element offset of linear index ``i`` in operand ``k``.
+    ``strides`` holds operand 0's strides, then operand 1's, and so on."""
+    nd = len(shape)
     off = 0
-    for d in range(shape.shape[0]):
+    for d in range(nd):
         idx = i % shape[d]
         i //= shape[d]
-        off += idx * strides[k, d]
+        off += idx * strides[k * nd + d]
     return off
+
+
+def by_value(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``kernel_args``' shape and strides arrays as tuples, which a launch passes by value in
+    the kernel's parameters, as torch passes its ``OffsetCalculator``. Given a NumPy array
+    instead, Numba would copy it to the GPU before the launch and back after it (it cannot
+    know the kernel did not write to it), and wait for both: every launch would synchronise."""
+    return tuple(shape.tolist()), tuple(strides.ravel().tolist())
 
 
 @rcuda.kernel(
     *(
-        f"void(int64, {t}[:], int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], "
-        "float64, int64)"
+        f"void(int64, {t}[:], int64, {t}[:], int64, {t}[:], int64, {_meta_sig(3)}, float64, int64)"
         for t in FLOATS
     )
 )
@@ -88,8 +103,7 @@ def binary_contiguous_kernel(op, out, oo, a, ao, b, bo, alpha, n):
 
 @rcuda.kernel(
     *(
-        f"void(int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], "
-        "int64)"
+        f"void(int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, {_meta_sig(3)}, int64)"
         for t in FLOATS
     )
 )
@@ -101,7 +115,7 @@ def compare_kernel(op, out, oo, a, ao, b, bo, shape, strides, n):
 
 
 @rcuda.kernel(
-    *(f"void(int64, {t}[:], int64, {t}[:], int64, int64[:], int64[:, :], int64)" for t in FLOATS)
+    *(f"void(int64, {t}[:], int64, {t}[:], int64, {_meta_sig(2)}, int64)" for t in FLOATS)
 )
 def unary_kernel(op, out, oo, a, ao, shape, strides, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -123,7 +137,7 @@ COPY_PAIRS = tuple((t, t) for t in ("float32", "float64", "int64", "int32", "boo
 
 
 @rcuda.kernel(
-    *(f"void({d}[:], int64, {s}[:], int64, int64[:], int64[:, :], int64)" for d, s in COPY_PAIRS)
+    *(f"void({d}[:], int64, {s}[:], int64, {_meta_sig(2)}, int64)" for d, s in COPY_PAIRS)
 )
 def copy_kernel(out, oo, a, ao, shape, strides, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
@@ -132,8 +146,8 @@ def copy_kernel(out, oo, a, ao, shape, strides, n):
 
 @rcuda.kernel(
     *(
-        f"void({t}[:], int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, int64[:], "
-        "int64[:, :], int64)"
+        f"void({t}[:], int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, {_meta_sig(4)}, "
+        "int64)"
         for t in FLOATS
     )
 )
@@ -148,7 +162,7 @@ def where_kernel(out, oo, c, co, a, ao, b, bo, shape, strides, n):
 
 @rcuda.kernel(
     *(
-        f"void({t}[:], int64, {t}[:], int64, int64[:], int64, int64[:], int64[:, :], int64, int64)"
+        f"void({t}[:], int64, {t}[:], int64, int64[:], int64, {_meta_sig(3)}, int64, int64)"
         for t in FLOATS
     )
 )
@@ -162,8 +176,8 @@ def gather_kernel(out, oo, src, so, idx, io, shape, strides, dim_stride, n):
 
 @rcuda.kernel(
     *(
-        f"void(boolean, {t}[:], int64, {t}[:], int64, int64[:], int64, int64[:], int64[:, :], "
-        "int64, int64)"
+        f"void(boolean, {t}[:], int64, {t}[:], int64, int64[:], int64, {_meta_sig(3)}, int64, "
+        "int64)"
         for t in FLOATS
     )
 )
@@ -367,21 +381,21 @@ def binary_cuda(it, op, alpha):
         blocks = -(-n // (UNROLL * threads))
         binary_contiguous_kernel[blocks, threads](op, out, oo, a, ao, b, bo, alpha, n)
         return
-    _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, shape, strides, alpha)
+    _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides), alpha)
 
 
 @stub("compare").register("cuda")
 def compare_cuda(it, op):
     check_dtype(S.COMPARE_NAMES[op], it.common_dtype)
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
-    _launch(compare_kernel, it.numel(), op, out, oo, a, ao, b, bo, shape, strides)
+    _launch(compare_kernel, it.numel(), op, out, oo, a, ao, b, bo, *by_value(shape, strides))
 
 
 @stub("unary").register("cuda")
 def unary_cuda(it, op):
     check_dtype(S.UNARY_NAMES[op], it.common_dtype)
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    _launch(unary_kernel, it.numel(), op, out, oo, a, ao, shape, strides)
+    _launch(unary_kernel, it.numel(), op, out, oo, a, ao, *by_value(shape, strides))
 
 
 _NUMBA_NAME = {"bool": "boolean"}
@@ -396,28 +410,30 @@ def copy_cuda(it):
             f"\"copy_cuda\" not implemented for '{src.scalar_name}' to '{dst.scalar_name}'"
         )
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    _launch(copy_kernel, it.numel(), out, oo, a, ao, shape, strides)
+    _launch(copy_kernel, it.numel(), out, oo, a, ao, *by_value(shape, strides))
 
 
 @stub("where").register("cuda")
 def where_cuda(it):
     check_dtype("where", it.output(0).dtype)
     (out, c, a, b), (oo, co, ao, bo), shape, strides = it.kernel_args()
-    _launch(where_kernel, it.numel(), out, oo, c, co, a, ao, b, bo, shape, strides)
+    _launch(where_kernel, it.numel(), out, oo, c, co, a, ao, b, bo, *by_value(shape, strides))
 
 
 @stub("gather").register("cuda")
 def gather_cuda(it, dim_stride):
     check_dtype("gather", it.output(0).dtype)
     (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
-    _launch(gather_kernel, it.numel(), out, oo, src, so, idx, io, shape, strides, dim_stride)
+    meta = by_value(shape, strides)
+    _launch(gather_kernel, it.numel(), out, oo, src, so, idx, io, *meta, dim_stride)
 
 
 @stub("scatter").register("cuda")
 def scatter_cuda(it, dim_stride, add):
     check_dtype("scatter", it.operands[0].tensor.dtype)
     (out, src, idx), (oo, so, io), shape, strides = it.kernel_args()
-    _launch(scatter_kernel, it.numel(), add, out, oo, src, so, idx, io, shape, strides, dim_stride)
+    meta = by_value(shape, strides)
+    _launch(scatter_kernel, it.numel(), add, out, oo, src, so, idx, io, *meta, dim_stride)
 
 
 def _flat(t):
