@@ -9,9 +9,9 @@ floating-point operations per product.
 
 On a machine with a GPU, a GPU section times retorch's two Numba-CUDA kernels, the 16 x 16
 shared-memory tiled one and the register-tiled one (128 x 128 tiles per block, 8 x 8 outputs
-per thread), against torch.cuda's matmul (cuBLAS) with TF32 off at 4096, in TFLOP/s, with the
-device's peak fp32 rate from its SM count and clock as the roofline, stored with the
-device's name.
+per thread), against torch.cuda's matmul (cuBLAS) with TF32 off at 4096, in TFLOP/s (CUDA
+events around blocks of 3 calls), with the device's peak fp32 rate from its SM count and
+clock as the roofline, stored with the device's name.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 
 import retorch.tensor as rt
 from bench.gpu import gpu_skip_reason
+from bench.gpu_events import event_ms_per_call
 
 
 def _unblocked_loop():
@@ -118,19 +119,7 @@ def run_gpu(quick: bool = False) -> dict:
     impls = {"torch.mm (cuBLAS, TF32 off)": lambda: torch.mm(a, b),
              "retorch mm (tiled numba-cuda)": kernel("tiled"),
              "retorch mm (register-tiled numba-cuda)": kernel("regtile")}  # fmt: skip
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for fn in impls.values():
-        fn()
-    for _ in range(3 if quick else 10):
-        for name, fn in impls.items():
-            torch.cuda.synchronize()
-            cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end))
+    samples = event_ms_per_call(impls, turns=3 if quick else 10, number=3)
     dev = cuda.get_current_device()
     # fp32 roofline: FP32 lanes per SM (64 up to sm_80, 128 from sm_86 on), 2 flops per
     # fused multiply-add

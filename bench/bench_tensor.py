@@ -18,8 +18,9 @@ the other library's next call on a 2-core machine. The untimed call absorbs that
 the block measures each library's steady state, as a program calling one op in a loop sees it.
 
 On a machine with a GPU, a GPU section times the same add on 64M floats with CUDA events
-(retorch's Numba-CUDA kernel for contiguous operands against torch.cuda), stored with the
-device's name.
+around blocks of 10 calls (retorch's Numba-CUDA kernel for contiguous operands against
+torch.cuda; within a block the host queues launches ahead of the GPU, as a training loop
+does), stored with the device's name.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 
 import retorch.tensor as rt
 from bench.gpu import gpu_skip_reason
+from bench.gpu_events import event_ms_per_call
 from retorch.tensor import scalar_ops as S
 
 
@@ -136,8 +138,6 @@ def run_gpu(quick: bool = False) -> dict:
     reason = gpu_skip_reason()
     if reason:
         return {"skipped": reason}
-    from numba import cuda
-
     n = 1 << (22 if quick else 26)
     a, b, out = (torch.rand(n, device="cuda") for _ in range(3))
     ra, rb, rout = (rt.tensor(t.cpu().numpy(), device="cuda") for t in (a, b, out))
@@ -145,19 +145,7 @@ def run_gpu(quick: bool = False) -> dict:
         "torch.add(out=)": lambda: torch.add(a, b, out=out),
         "retorch add(out=) (numba-cuda)": lambda: rt.add(ra, rb, out=rout),
     }
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for fn in impls.values():
-        fn()
-    for _ in range(5 if quick else 25):
-        for name, fn in impls.items():
-            torch.cuda.synchronize()
-            cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end))
+    samples = event_ms_per_call(impls, turns=5 if quick else 25, number=10)
     rows = [
         {"case": f"add, {n >> 20}M float32", "impl": name,
          "value": 12 * n / statistics.median(ms) / 1e6}

@@ -81,3 +81,38 @@ def test_loaded_sources_names_the_benchmark_and_the_code_it_imports():
     assert "bench/bench_overview.py" in sources
     assert "retorch/overview/kernels.py" in sources
     assert all(p.split("/")[0] in ("retorch", "bench") for p in sources)
+
+
+def test_gpu_timing_blocks_follow_an_untimed_call(monkeypatch):
+    """The GPU sections' timer (needs CUDA events, so its order of calls is checked here with
+    stand-ins): per turn, one untimed call, then a timed block of ``number`` calls."""
+    import numba.cuda
+    import torch
+
+    from bench import gpu_events
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            log.append("record")
+            self.at = len(log)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)  # "ms": one per log entry between the events
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(numba.cuda, "synchronize", lambda: None)
+    impls = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
+    samples = gpu_events.event_ms_per_call(impls, turns=2, number=3)
+    assert log[:2] == ["a", "b"]  # warm-up
+    turn = ["a", "sync", "record", "a", "a", "a", "record"]
+    assert log[2:] == (turn + [x.replace("a", "b") for x in turn]) * 2
+    assert samples == {"a": [4 / 3, 4 / 3], "b": [4 / 3, 4 / 3]}
