@@ -469,4 +469,7 @@ def bmm_kernel(a, b, out):
 def _flat(t):
     """The elements of a contiguous tensor as a 1-d array over its storage (no copy)."""
     impl = t._impl
-    return impl.storage.typed(impl.dtype.np)[impl.storage_offset : impl.storage_offset + t.numel()]
+    arr, n = impl.storage.typed(impl.dtype.np), t.numel()
+    if impl.storage_offset == 0 and arr.shape[0] == n:  # the whole storage: no slice to make
+        return arr
+    return arr[impl.storage_offset : impl.storage_offset + n]

@@ -26,6 +26,7 @@ from .expand_utils import infer_size
 from .tensor import Tensor, _wrap
 from .tensor_factories import (  # noqa: F401  (re-exported)
     empty,
+    empty_generic,
     empty_like,
     empty_strided,
     full,
@@ -459,10 +460,11 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
     """``torch.sum``: integer and bool inputs sum in int64, as torch's."""
     if dtype is None:
         dtype = x.dtype if x.dtype.is_floating_point else int64
+    dtype = as_dtype(dtype)
     xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, "sum")
-    if xp.dtype is not as_dtype(dtype):
+    if xp.dtype is not dtype:
         xp = to(xp, dtype=dtype)
-    out = empty(shape, dtype=dtype, device=x.device)
+    out = empty_generic(shape, dtype, x.device)
     if outer == 0:
         return out
     if inner == 0:
@@ -484,8 +486,8 @@ def mean(x, dim=None, keepdim=False):
 
 def _max_impl(x, dim, keepdim, name):
     xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, name)
-    values = empty(shape, dtype=x.dtype, device=x.device)
-    indices = empty(shape, dtype=int64, device=x.device)
+    values = empty_generic(shape, x.dtype, x.device)
+    indices = empty_generic(shape, int64, x.device)
     if outer:
         stub("max")(x.device, xp, values, indices, outer, inner)
     return values, indices

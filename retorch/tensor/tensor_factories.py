@@ -32,12 +32,21 @@ def _size_arg(size):
     return size
 
 
+def empty_generic(size: tuple, dtype, device: str, stride=None) -> Tensor:
+    """``at::detail::empty_generic`` (``aten/src/ATen/EmptyTensor.cpp``): the allocation
+    behind the factories, for callers inside ATen (an op making its output) that already hold
+    the sizes as ints, a retorch dtype and a device name, so nothing is parsed again.
+    Row-major unless ``stride`` is given."""
+    if stride is None:
+        stride = contiguous_strides(size)
+    storage = Storage.allocate(storage_nbytes(size, stride, dtype.itemsize), device)
+    return Tensor(TensorImpl(storage, dtype, size, stride, 0))
+
+
 def empty_strided(size, stride, dtype=None, device="cpu") -> Tensor:
     """Uninitialised memory just big enough for ``size``/``stride`` (``at::empty_strided``)."""
     d = dtypes.default_dtype if dtype is None else as_dtype(dtype)
-    size, stride = tuple(size), tuple(stride)
-    storage = Storage.allocate(storage_nbytes(size, stride, d.itemsize), normalize_device(device))
-    return Tensor(TensorImpl(storage, d, size, stride, 0))
+    return empty_generic(tuple(size), d, normalize_device(device), tuple(stride))
 
 
 def empty(*size, dtype=None, device="cpu", memory_format="contiguous_format") -> Tensor:

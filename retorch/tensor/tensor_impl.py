@@ -74,13 +74,15 @@ def compute_non_overlapping_and_dense(sizes, strides) -> bool:
 class TensorImpl:
     """The metadata of one tensor; the bytes are in ``storage`` (shared with its views)."""
 
-    __slots__ = ("storage", "dtype", "sizes", "strides", "storage_offset", "is_wrapped_number")
+    __slots__ = (
+        "storage", "dtype", "sizes", "strides", "storage_offset", "is_wrapped_number",
+        "is_contiguous_",
+    )  # fmt: skip
 
     def __init__(self, storage: Storage, dtype: DType, sizes, strides, storage_offset=0):
         self.storage = storage
         self.dtype = dtype
-        self.sizes = tuple(map(int, sizes))
-        self.strides = tuple(map(int, strides))
+        self.set_sizes_and_strides(sizes, strides)
         self.storage_offset = int(storage_offset)
         # A Python number turned into a 0-dim tensor (at::wrapped_scalar_tensor): it takes
         # part in type promotion only as a "category" (see type_promotion.py).
@@ -96,8 +98,15 @@ class TensorImpl:
             n *= s
         return n
 
+    def set_sizes_and_strides(self, sizes, strides) -> None:
+        """New sizes and strides, and the contiguity flag refreshed from them, as c10's
+        ``set_sizes_and_strides`` calls ``refresh_contiguous()``: asking is then free."""
+        self.sizes = tuple(map(int, sizes))
+        self.strides = tuple(map(int, strides))
+        self.is_contiguous_ = compute_contiguous(self.sizes, self.strides)
+
     def is_contiguous(self) -> bool:
-        return compute_contiguous(self.sizes, self.strides)
+        return self.is_contiguous_
 
     def is_channels_last_contiguous(self) -> bool:
         return compute_channels_last_contiguous_2d(self.sizes, self.strides)

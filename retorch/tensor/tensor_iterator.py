@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from .dtype import bool_, default_dtype
+from .dtype import as_dtype, bool_, default_dtype
 from .expand_utils import infer_size
 from .tensor import Tensor
 from .tensor_impl import contiguous_strides
@@ -408,15 +408,15 @@ def _device_name(device):
 
 
 def _empty_strided(shape, strides, dtype, device):
-    from .tensor_factories import empty_strided
+    from .tensor_factories import empty_generic
 
-    return empty_strided(shape, strides, dtype, device)
+    return empty_generic(tuple(shape), as_dtype(dtype), device, tuple(strides))
 
 
 def _empty(shape, dtype, device):
-    from .tensor_factories import empty
+    from .tensor_factories import empty_generic
 
-    return empty(shape, dtype=dtype, device=device)
+    return empty_generic(tuple(shape), as_dtype(dtype), device)
 
 
 def resize_output(out: Tensor, shape) -> None:
@@ -441,7 +441,7 @@ def resize_output(out: Tensor, shape) -> None:
     need = storage_nbytes(shape, strides, impl.dtype.itemsize, impl.storage_offset)
     if need > impl.storage.nbytes():
         impl.storage.resize_(need)
-    impl.sizes, impl.strides = shape, strides
+    impl.set_sizes_and_strides(shape, strides)
 
 
 __all__ = ["TensorIterator", "TensorIteratorConfig", "OperandInfo", "resize_output", "bool_"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 
 from .expand_utils import infer_expand_geometry
-from .tensor_impl import TensorImpl, check_in_bounds, compute_contiguous
+from .tensor_impl import TensorImpl, check_in_bounds
 from .tensor_utils import compute_stride, infer_size
 from .wrap_dim_utils import maybe_wrap_dim
 
@@ -264,10 +264,12 @@ def _memory_format(fmt) -> str:
 
 
 def is_contiguous(self, memory_format="contiguous_format") -> bool:
+    if memory_format == "contiguous_format":
+        return self._impl.is_contiguous_  # computed when the sizes and strides were set
     fmt = _memory_format(memory_format)
     if fmt == "channels_last":
         return self._impl.is_channels_last_contiguous()
-    return compute_contiguous(self._impl.sizes, self._impl.strides)
+    return self._impl.is_contiguous_
 
 
 def getitem(self, key):
