@@ -258,6 +258,12 @@ def test_in_place_ops_and_their_errors():
         (lambda: x.add_(x[0]), lambda: tx.add_(tx[0])),  # partial overlap
         (lambda: x[0].expand(2, 3).add_(1), lambda: tx[0].expand(2, 3).add_(1)),
         (lambda: rt.add(x, 1, out=x.t()), lambda: torch.add(tx, 1, out=tx.t())),
+        # out= of the right shape (no resize), overlapping an input or itself
+        (lambda: rt.add(x[0, :2], 1, out=x[0, 1:]), lambda: torch.add(tx[0, :2], 1, out=tx[0, 1:])),
+        (
+            lambda: rt.add(x, 1, out=x[0].expand(2, 3)),
+            lambda: torch.add(tx, 1, out=tx[0].expand(2, 3)),
+        ),  # fmt: skip
         (lambda: i.add_(x[0]), lambda: ti.add_(tx[0])),
         (lambda: i.add(i, alpha=0.5), lambda: ti.add(ti, alpha=0.5)),
         (lambda: i.gt(0).sub(i.gt(1)), lambda: ti.gt(0).sub(ti.gt(1))),

@@ -59,8 +59,10 @@ def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     if _is_meta(a, b):
         _meta.broadcast_shapes(a.shape, b.shape)
     if out is not None:
-        _check_overlap(out, a, b)
-        resize_output(out, infer_size(a.shape, b.shape))
+        shape = infer_size(a.shape, b.shape)
+        if out.shape != shape:  # torch checks overlap before it resizes; otherwise the
+            _check_overlap(out, a, b)  # iterator's own check below is the same check
+            resize_output(out, shape)
     cfg = TensorIteratorConfig().add_output(out).add_input(a).add_input(b)
     cfg.promote_inputs_to_common_dtype_ = True
     cfg.cast_common_dtype_to_outputs_ = True
@@ -158,8 +160,10 @@ def _compare(name, self, other, out=None):
     if _is_meta(a, b):
         _meta.broadcast_shapes(a.shape, b.shape)
     if out is not None:
-        _check_overlap(out, a, b)
-        resize_output(out, infer_size(a.shape, b.shape))
+        shape = infer_size(a.shape, b.shape)
+        if out.shape != shape:  # torch checks overlap before it resizes; otherwise the
+            _check_overlap(out, a, b)  # iterator's own check below is the same check
+            resize_output(out, shape)
     cfg = TensorIteratorConfig().add_output(out).add_input(a).add_input(b)
     cfg.promote_inputs_to_common_dtype_ = True
     cfg.static_dtype = bool_

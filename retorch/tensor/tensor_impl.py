@@ -76,7 +76,7 @@ class TensorImpl:
 
     __slots__ = (
         "storage", "dtype", "sizes", "strides", "storage_offset", "is_wrapped_number",
-        "is_contiguous_",
+        "is_contiguous_", "_non_overlapping_and_dense",
     )  # fmt: skip
 
     def __init__(self, storage: Storage, dtype: DType, sizes, strides, storage_offset=0):
@@ -104,6 +104,7 @@ class TensorImpl:
         self.sizes = tuple(map(int, sizes))
         self.strides = tuple(map(int, strides))
         self.is_contiguous_ = compute_contiguous(self.sizes, self.strides)
+        self._non_overlapping_and_dense = None  # worked out when first asked (it sorts dims)
 
     def is_contiguous(self) -> bool:
         return self.is_contiguous_
@@ -112,7 +113,11 @@ class TensorImpl:
         return compute_channels_last_contiguous_2d(self.sizes, self.strides)
 
     def is_non_overlapping_and_dense(self) -> bool:
-        return compute_non_overlapping_and_dense(self.sizes, self.strides)
+        if self._non_overlapping_and_dense is None:
+            self._non_overlapping_and_dense = compute_non_overlapping_and_dense(
+                self.sizes, self.strides
+            )
+        return self._non_overlapping_and_dense
 
 
 def storage_nbytes(sizes, strides, itemsize: int, storage_offset: int = 0) -> int:

@@ -22,6 +22,7 @@ byte strides, storage offsets and the typed storage arrays. Kernels (``cpu_kerne
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -228,7 +229,7 @@ class TensorIterator:
             if op.tensor is None:
                 op.tensor = _empty_strided(self.shape, strides, op.target_dtype, self.device)
         if len(self.shape) >= 1:
-            numel = int(np.prod(self.shape))
+            numel = math.prod(self.shape)
             self.shape = [numel]
             for op in self.operands:
                 op.stride_bytes = [op.tensor.element_size()]
