@@ -61,10 +61,11 @@ def by_value(shape, strides) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 @rcuda.kernel(
     *(
-        f"void(int64, {t}[:], int64, {t}[:], int64, {t}[:], int64, {_meta_sig(3)}, float64, int64)"
+        f"void(int64, {t}[:], int64, {t}[:], int64, {t}[:], int64, {_meta_sig(3)}, float64, "
+        "int64)"
         for t in FLOATS
     )
-)
+)  # fmt: skip
 def binary_kernel(op, out, oo, a, ao, b, bo, shape, strides, alpha, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):  # grid-stride: any grid covers any n
         x = a[ao + offset_of(i, shape, strides, 1)]
