@@ -101,7 +101,7 @@ def test_reductions_softmax_and_gather():
     check(rt.gather(a, 1, g), torch.gather(ta, 1, tg))
 
 
-def test_contiguous_operands_take_the_unrolled_kernel(monkeypatch):
+def test_contiguous_operands_take_the_unrolled_kernels(monkeypatch):
     """Operands that coalesce to one contiguous dim (storage offsets allowed) skip the
     offset calculator: with the general kernel removed, these ops still give torch's bits."""
     x = rng.standard_normal(37).astype(np.float32)  # 37: not a multiple of UNROLL * threads
@@ -113,13 +113,22 @@ def test_contiguous_operands_take_the_unrolled_kernel(monkeypatch):
             raise AssertionError("the general kernel ran for contiguous operands")
 
     m2, tm2 = m + m, tm + tm
-    monkeypatch.setattr(cuda_kernels, "binary_kernel", NoGeneralKernel())
+    for k in ("binary", "compare", "unary", "copy"):
+        monkeypatch.setattr(cuda_kernels, f"{k}_kernel", NoGeneralKernel())
     for name in ("add", "sub", "mul", "div", "maximum"):
         check(getattr(rt, name)(a[2:], a[:-2]), getattr(torch, name)(ta[2:], ta[:-2]))
         check(getattr(rt, name)(m, m2), getattr(torch, name)(tm, tm2))
     check(rt.add(a, a, alpha=3), torch.add(ta, ta, alpha=3), rtol=1e-7)
-    with pytest.raises(AssertionError, match="general kernel"):
-        rt.add(a[:36:2], a[1::2])  # strided: the general kernel's job
+    for name in ("gt", "eq", "le"):
+        check(getattr(rt, name)(a[2:], a[:-2]), getattr(torch, name)(ta[2:], ta[:-2]))
+    for name in ("exp", "tanh", "neg", "relu"):
+        check(getattr(rt, name)(a[1:]), getattr(torch, name)(ta[1:]), rtol=RTOL32, atol=1e-30)
+    check(m.to(dtype=rt.float64), tm.to(torch.float64))
+    check(rt.gt(a[1:], a[:-1]).to(dtype=rt.float32), torch.gt(ta[1:], ta[:-1]).to(torch.float32))
+    strided = a[:36:2], a[1::2]  # strided: the general kernels' job
+    for fn in (rt.add, rt.gt, lambda x, y: rt.exp(x), lambda x, y: x.to(dtype=rt.float64)):
+        with pytest.raises(AssertionError, match="general kernel"):
+            fn(*strided)
 
 
 def test_launches_pass_no_host_arrays(monkeypatch):
@@ -150,9 +159,12 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     b, tb = pair(B)
     c, tc = pair(A > 0)
     idx, tidx = pair(np.array([[1, 0], [0, 1]]))
+    for x, tx in ((a, ta), (a[:, ::2], ta[:, ::2])):  # the contiguous kernels, the general ones
+        check(x * x, tx * tx)
+        check(rt.gt(x, x * 0.5), torch.gt(tx, tx * 0.5))
+        check(rt.exp(x), torch.exp(tx), rtol=RTOL32)
+        check(x.to(dtype=rt.float64), tx.to(torch.float64))
     check(a.t() * b[:2], ta.t() * tb[:2])
-    check(rt.gt(a, b), torch.gt(ta, tb))
-    check(rt.exp(a), torch.exp(ta), rtol=RTOL32)
     check(rt.where(c, a, b), torch.where(tc, ta, tb))
     check(a.t().contiguous(), ta.t().contiguous())
     check(rt.gather(a, 1, idx), torch.gather(ta, 1, tidx))
@@ -162,6 +174,7 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     check(rt.sum(a, 1), torch.sum(ta, 1), rtol=SUM32)
     check(rt.mm(a, a.t()), torch.mm(ta, ta.t()), rtol=SUM32)
     kernels = "binary compare unary where copy gather scatter sum_rows mm_tiled".split()
+    kernels += [f"{k}_contiguous" for k in ("binary", "compare", "unary", "copy")]
     assert {f"{k}_kernel" for k in kernels} <= set(launched)
 
 
@@ -179,6 +192,23 @@ def test_matmul_kernels(kernel, monkeypatch):
         rtol=SUM32,
         atol=1e-5,
     )
+    if kernel == "regtile":  # (256 simulated threads per block: its batch of two is below)
+        return
+    # a batch is one launch over grid z; cut to 2 per launch here, 5 matrices take three
+    launches = []
+    monkeypatch.setattr(cuda_kernels, "MAX_GRID_Z", 2)
+    real = getattr(cuda_kernels, f"mm_{kernel}_kernel")
+
+    class Counted:
+        def __getitem__(self, config):
+            launches.append(config[0])
+            return real[config]
+
+    monkeypatch.setattr(cuda_kernels, f"mm_{kernel}_kernel", Counted())
+    x, y = rng.standard_normal((5, 3, 18)), rng.standard_normal((5, 18, 2))
+    (a, ta), (b, tb) = pair(x), pair(y)
+    check(rt.bmm(a, b), torch.bmm(ta, tb), rtol=1e-12, atol=1e-12)
+    assert [g[2] for g in launches] == [2, 2, 1]
 
 
 def test_register_tiled_matmul_covers_edges(monkeypatch):

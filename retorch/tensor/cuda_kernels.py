@@ -124,6 +124,41 @@ def unary_kernel(op, out, oo, a, ao, shape, strides, n):
         out[oo + offset_of(i, shape, strides, 0)] = unary_float(op, x)
 
 
+# The contiguous twins of compare, unary and copy: binary_contiguous_kernel's scheme (a block
+# of T threads takes UNROLL * T consecutive elements, thread t every T-th), as CUDALoops.cuh
+# uses one unrolled kernel for every elementwise op whose operands are contiguous.
+@rcuda.kernel(
+    *(f"void(int64, boolean[:], int64, {t}[:], int64, {t}[:], int64, int64)" for t in FLOATS)
+)
+def compare_contiguous_kernel(op, out, oo, a, ao, b, bo, n):
+    base = cuda.blockIdx.x * (UNROLL * cuda.blockDim.x) + cuda.threadIdx.x
+    x = cuda.local.array(UNROLL, dtype=a.dtype)
+    y = cuda.local.array(UNROLL, dtype=a.dtype)
+    for u in range(UNROLL):
+        i = base + u * cuda.blockDim.x
+        if i < n:
+            x[u] = a[ao + i]
+            y[u] = b[bo + i]
+    for u in range(UNROLL):
+        i = base + u * cuda.blockDim.x
+        if i < n:
+            out[oo + i] = compare(op, x[u], y[u])
+
+
+@rcuda.kernel(*(f"void(int64, {t}[:], int64, {t}[:], int64, int64)" for t in FLOATS))
+def unary_contiguous_kernel(op, out, oo, a, ao, n):
+    base = cuda.blockIdx.x * (UNROLL * cuda.blockDim.x) + cuda.threadIdx.x
+    x = cuda.local.array(UNROLL, dtype=a.dtype)
+    for u in range(UNROLL):
+        i = base + u * cuda.blockDim.x
+        if i < n:
+            x[u] = a[ao + i]
+    for u in range(UNROLL):
+        i = base + u * cuda.blockDim.x
+        if i < n:
+            out[oo + i] = unary_float(op, x[u])
+
+
 #: (destination, source) dtypes the CUDA copy kernel converts between.
 COPY_PAIRS = tuple((t, t) for t in ("float32", "float64", "int64", "int32", "boolean")) + (
     ("float32", "float64"),
@@ -143,6 +178,20 @@ COPY_PAIRS = tuple((t, t) for t in ("float32", "float64", "int64", "int32", "boo
 def copy_kernel(out, oo, a, ao, shape, strides, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         out[oo + offset_of(i, shape, strides, 0)] = a[ao + offset_of(i, shape, strides, 1)]
+
+
+@rcuda.kernel(*(f"void({d}[:], int64, {s}[:], int64, int64)" for d, s in COPY_PAIRS))
+def copy_contiguous_kernel(out, oo, a, ao, n):
+    base = cuda.blockIdx.x * (UNROLL * cuda.blockDim.x) + cuda.threadIdx.x
+    x = cuda.local.array(UNROLL, dtype=a.dtype)
+    for u in range(UNROLL):
+        i = base + u * cuda.blockDim.x
+        if i < n:
+            x[u] = a[ao + i]
+    for u in range(UNROLL):
+        i = base + u * cuda.blockDim.x
+        if i < n:
+            out[oo + i] = x[u]
 
 
 @rcuda.kernel(
@@ -241,23 +290,26 @@ def max_rows_kernel(x, out, indices, outer, inner):
         indices[r] = at
 
 
-@rcuda.kernel(*(f"void({t}[:, :], {t}[:, :], {t}[:, :], {t})" for t in FLOATS))
+@rcuda.kernel(*(f"void({t}[:, :, :], {t}[:, :, :], {t}[:, :, :], {t})" for t in FLOATS))
 def mm_naive_kernel(a, b, c, zero):
     """One thread per output element, reading a row of ``a`` and a column of ``b`` from
-    global memory: every input element is loaded ``n`` (or ``m``) times."""
+    global memory: every input element is loaded ``n`` (or ``m``) times. As in the two
+    kernels below, ``a``, ``b`` and ``c`` are batches of matrices, and the grid's z index
+    picks the one a block works on: a ``bmm`` is one launch."""
     i, j = cuda.grid(2)
-    if i < c.shape[0] and j < c.shape[1]:
+    p = cuda.blockIdx.z
+    if i < c.shape[1] and j < c.shape[2]:
         acc = zero
-        for k in range(a.shape[1]):
-            acc += a[i, k] * b[k, j]
-        c[i, j] = acc
+        for k in range(a.shape[2]):
+            acc += a[p, i, k] * b[p, k, j]
+        c[p, i, j] = acc
 
 
 #: Tile edge of the shared-memory matmul: a block of TILE x TILE threads.
 TILE = 16
 
 
-@rcuda.kernel(*(f"void({t}[:, :], {t}[:, :], {t}[:, :], {t})" for t in FLOATS))
+@rcuda.kernel(*(f"void({t}[:, :, :], {t}[:, :, :], {t}[:, :, :], {t})" for t in FLOATS))
 def mm_tiled_kernel(a, b, c, zero):
     """Each block stages TILE x TILE tiles of ``a`` and ``b`` in shared memory, so a global
     element is loaded once per block instead of once per thread: TILE times fewer loads."""
@@ -267,17 +319,19 @@ def mm_tiled_kernel(a, b, c, zero):
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     i = cuda.blockIdx.x * TILE + tx
     j = cuda.blockIdx.y * TILE + ty
+    p = cuda.blockIdx.z  # which matrix of the batch
+    m, n, kdim = c.shape[1], c.shape[2], a.shape[2]
     acc = zero
-    for t in range((a.shape[1] + TILE - 1) // TILE):
+    for t in range((kdim + TILE - 1) // TILE):
         k = t * TILE
-        sa[tx, ty] = a[i, k + ty] if i < a.shape[0] and k + ty < a.shape[1] else 0
-        sb[tx, ty] = b[k + tx, j] if k + tx < b.shape[0] and j < b.shape[1] else 0
+        sa[tx, ty] = a[p, i, k + ty] if i < m and k + ty < kdim else 0
+        sb[tx, ty] = b[p, k + tx, j] if k + tx < kdim and j < n else 0
         cuda.syncthreads()
         for kk in range(TILE):
             acc += sa[tx, kk] * sb[kk, ty]
         cuda.syncthreads()
-    if i < c.shape[0] and j < c.shape[1]:
-        c[i, j] = acc
+    if i < m and j < n:
+        c[p, i, j] = acc
 
 
 #: Register tiling: a block computes a BM x BN tile of ``c`` in steps of BK along ``k``;
@@ -285,7 +339,7 @@ def mm_tiled_kernel(a, b, c, zero):
 BM, BN, BK, TM, TN = 128, 128, 8, 8, 8
 
 
-@rcuda.kernel(*(f"void({t}[:, :], {t}[:, :], {t}[:, :], {t})" for t in FLOATS))
+@rcuda.kernel(*(f"void({t}[:, :, :], {t}[:, :, :], {t}[:, :, :], {t})" for t in FLOATS))
 def mm_regtile_kernel(a, b, c, zero):
     """The tiled kernel, one level further (the "2-D block tiling" of the CUDA sgemm
     tutorials; cuBLAS goes further still). A thread computes TM x TN = 64 outputs instead of
@@ -293,16 +347,16 @@ def mm_regtile_kernel(a, b, c, zero):
     and does TM * TN multiply-adds on them, held in registers (``cuda.local.array`` with
     constant indices after unrolling). ``a``'s tile is stored transposed, so the TM numbers a
     thread reads are consecutive. Launch with 256 threads and one block per BM x BN tile."""
-    sa = cuda.shared.array((BK, BM), dtype=a.dtype)  # sa[kk, i] = a[i0 + i, k + kk]
+    sa = cuda.shared.array((BK, BM), dtype=a.dtype)  # sa[kk, i] = a[p, i0 + i, k + kk]
     # (each shared array on its own line: the simulator aliases two made on one line)
-    sb = cuda.shared.array((BK, BN), dtype=a.dtype)  # sb[kk, j] = b[k + kk, j0 + j]
+    sb = cuda.shared.array((BK, BN), dtype=a.dtype)  # sb[kk, j] = b[p, k + kk, j0 + j]
     acc = cuda.local.array((TM, TN), dtype=a.dtype)
     ra = cuda.local.array(TM, dtype=a.dtype)
     rb = cuda.local.array(TN, dtype=a.dtype)
     tid = cuda.threadIdx.x
     ti, tj = tid // (BN // TN), tid % (BN // TN)  # this thread's piece of the tile
-    i0, j0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
-    m, n, kdim = c.shape[0], c.shape[1], a.shape[1]
+    i0, j0, p = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN, cuda.blockIdx.z
+    m, n, kdim = c.shape[1], c.shape[2], a.shape[2]
     for u in range(TM):
         for v in range(TN):
             acc[u, v] = zero
@@ -310,10 +364,10 @@ def mm_regtile_kernel(a, b, c, zero):
         for r in range(tid, BM * BK, 256):  # 4 loads of each tile per thread, coalesced:
             i, kk = r // BK, r % BK  # consecutive threads read consecutive k of a row of a
             ok = i0 + i < m and k + kk < kdim
-            sa[kk, i] = a[i0 + i, k + kk] if ok else zero
+            sa[kk, i] = a[p, i0 + i, k + kk] if ok else zero
             kk2, j = r // BN, r % BN  # ... and consecutive j of a row of b
             ok = k + kk2 < kdim and j0 + j < n
-            sb[kk2, j] = b[k + kk2, j0 + j] if ok else zero
+            sb[kk2, j] = b[p, k + kk2, j0 + j] if ok else zero
         cuda.syncthreads()
         for kk in range(BK):
             for u in range(TM):
@@ -328,7 +382,7 @@ def mm_regtile_kernel(a, b, c, zero):
         for v in range(TN):
             i, j = i0 + ti * TM + u, j0 + tj * TN + v
             if i < m and j < n:
-                c[i, j] = acc[u, v]
+                c[p, i, j] = acc[u, v]
 
 
 # ---- launch geometry ------------------------------------------------------------------------
@@ -364,6 +418,19 @@ def check_dtype(name, dtype, allowed=("float32", "float64")):
         raise NotImplementedError(f"\"{name}_cuda\" not implemented for '{dtype.scalar_name}'")
 
 
+def _contiguous(shape, strides, n) -> bool:
+    """True when the iterator coalesced every operand to one dim of stride 1 (torch's
+    ``iter.is_contiguous()``): element ``i`` is then at offset ``i`` in each."""
+    return len(shape) == 1 and bool((strides == 1).all()) and n > 0
+
+
+def _unrolled_config(n: int) -> tuple[int, int]:
+    """(blocks, threads) of the unrolled kernels: one block per ``UNROLL * 128`` elements
+    (under the simulator, the small blocks of :func:`launch_config`)."""
+    threads = launch_config(n)[1] if rcuda.simulator_enabled() else 128
+    return -(-n // (UNROLL * threads)), threads
+
+
 def _launch(k, n, *args):
     if n == 0:
         return
@@ -377,10 +444,8 @@ def binary_cuda(it, op, alpha):
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
     alpha = float(it.common_dtype.np.type(alpha))
     n = it.numel()
-    if len(shape) == 1 and (strides == 1).all() and n:  # coalesced to one contiguous dim
-        threads = launch_config(n)[1] if rcuda.simulator_enabled() else 128
-        blocks = -(-n // (UNROLL * threads))
-        binary_contiguous_kernel[blocks, threads](op, out, oo, a, ao, b, bo, alpha, n)
+    if _contiguous(shape, strides, n):
+        binary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, alpha, n)
         return
     _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides), alpha)
 
@@ -389,14 +454,22 @@ def binary_cuda(it, op, alpha):
 def compare_cuda(it, op):
     check_dtype(S.COMPARE_NAMES[op], it.common_dtype)
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
-    _launch(compare_kernel, it.numel(), op, out, oo, a, ao, b, bo, *by_value(shape, strides))
+    n = it.numel()
+    if _contiguous(shape, strides, n):
+        compare_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, n)
+        return
+    _launch(compare_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides))
 
 
 @stub("unary").register("cuda")
 def unary_cuda(it, op):
     check_dtype(S.UNARY_NAMES[op], it.common_dtype)
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    _launch(unary_kernel, it.numel(), op, out, oo, a, ao, *by_value(shape, strides))
+    n = it.numel()
+    if _contiguous(shape, strides, n):
+        unary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, n)
+        return
+    _launch(unary_kernel, n, op, out, oo, a, ao, *by_value(shape, strides))
 
 
 _NUMBA_NAME = {"bool": "boolean"}
@@ -411,7 +484,11 @@ def copy_cuda(it):
             f"\"copy_cuda\" not implemented for '{src.scalar_name}' to '{dst.scalar_name}'"
         )
     (out, a), (oo, ao), shape, strides = it.kernel_args()
-    _launch(copy_kernel, it.numel(), out, oo, a, ao, *by_value(shape, strides))
+    n = it.numel()
+    if _contiguous(shape, strides, n):
+        copy_contiguous_kernel[_unrolled_config(n)](out, oo, a, ao, n)
+        return
+    _launch(copy_kernel, n, out, oo, a, ao, *by_value(shape, strides))
 
 
 @stub("where").register("cuda")
@@ -465,6 +542,10 @@ def max_cuda(x, values, indices, outer, inner):
 MM_KERNEL = {"name": "auto"}
 
 
+#: The largest grid size in z (CUDA's limit): one launch covers this many matrices of a bmm.
+MAX_GRID_Z = 65535
+
+
 def mm_kernel_for(m: int, n: int) -> str:
     name = MM_KERNEL["name"]
     if name == "auto":
@@ -488,8 +569,9 @@ def bmm_cuda(a, b, out):
         k_ = mm_tiled_kernel if name == "tiled" else mm_naive_kernel
         grid, block = ((m + TILE - 1) // TILE, (n + TILE - 1) // TILE), (TILE, TILE)
     zero = a.dtype.np.type(0)
-    for p in range(batch):
-        A = _flat(a)[p * m * k : (p + 1) * m * k].reshape(m, k)
-        B = _flat(b)[p * k * n : (p + 1) * k * n].reshape(k, n)
-        C = _flat(out)[p * m * n : (p + 1) * m * n].reshape(m, n)
-        k_[grid, block](A, B, C, zero)
+    A = _flat(a).reshape(batch, m, k)
+    B = _flat(b).reshape(batch, k, n)
+    C = _flat(out).reshape(batch, m, n)
+    for p in range(0, batch, MAX_GRID_Z):  # one launch, unless the batch outgrows grid z
+        q = min(batch, p + MAX_GRID_Z)
+        k_[(*grid, q - p), block](A[p:q], B[p:q], C[p:q], zero)
