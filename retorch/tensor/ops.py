@@ -464,7 +464,8 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
     """``torch.sum``: integer and bool inputs sum in int64, as torch's."""
     if dtype is None:
         dtype = x.dtype if x.dtype.is_floating_point else int64
-    dtype = as_dtype(dtype)
+    else:
+        dtype = as_dtype(dtype)
     xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, "sum")
     if xp.dtype is not dtype:
         xp = to(xp, dtype=dtype)

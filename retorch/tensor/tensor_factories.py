@@ -37,9 +37,10 @@ def empty_generic(size: tuple, dtype, device: str, stride=None) -> Tensor:
     behind the factories, for callers inside ATen (an op making its output) that already hold
     the sizes as ints, a retorch dtype and a device name, so nothing is parsed again.
     Row-major unless ``stride`` is given."""
-    if stride is None:
-        stride = contiguous_strides(size)
-    storage = Storage.allocate(storage_nbytes(size, stride, dtype.itemsize), device)
+    if stride is None:  # row-major: the bytes are numel * itemsize, the flags need no check
+        storage = Storage.allocate(math.prod(size) * dtype.itemsize, device)
+    else:
+        storage = Storage.allocate(storage_nbytes(size, stride, dtype.itemsize), device)
     return Tensor(TensorImpl(storage, dtype, size, stride, 0))
 
 

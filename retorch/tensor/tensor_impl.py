@@ -80,9 +80,13 @@ class TensorImpl:
     )  # fmt: skip
 
     def __init__(self, storage: Storage, dtype: DType, sizes, strides, storage_offset=0):
+        """``strides=None``: row-major (``set_sizes_contiguous``)."""
         self.storage = storage
         self.dtype = dtype
-        self.set_sizes_and_strides(sizes, strides)
+        if strides is None:
+            self.set_sizes_contiguous(sizes)
+        else:
+            self.set_sizes_and_strides(sizes, strides)
         self.storage_offset = int(storage_offset)
         # A Python number turned into a 0-dim tensor (at::wrapped_scalar_tensor): it takes
         # part in type promotion only as a "category" (see type_promotion.py).
@@ -105,6 +109,13 @@ class TensorImpl:
         self.strides = tuple(map(int, strides))
         self.is_contiguous_ = compute_contiguous(self.sizes, self.strides)
         self._non_overlapping_and_dense = None  # worked out when first asked (it sorts dims)
+
+    def set_sizes_contiguous(self, sizes) -> None:
+        """c10's ``set_sizes_contiguous``: ``sizes`` (ints) with row-major strides, so the
+        flags are known without a check: contiguous, hence non-overlapping and dense."""
+        self.sizes = sizes = tuple(sizes)
+        self.strides = contiguous_strides(sizes)
+        self.is_contiguous_ = self._non_overlapping_and_dense = True
 
     def is_contiguous(self) -> bool:
         return self.is_contiguous_

@@ -309,10 +309,12 @@ class TensorIterator:
                 stride_bytes.append(nxt)
                 nxt *= s
             op.stride_bytes = stride_bytes
-            strides = [s // item for s in self._invert_perm(stride_bytes)]
             if self.perm == list(range(len(self.shape) - 1, -1, -1)):
-                strides = list(contiguous_strides(shape))  # torch takes the contiguous path
-            op.tensor = _empty_strided(shape, strides, op.target_dtype, self.device)
+                # torch's "inverted" case: set_output_raw_strided with no strides, contiguous
+                op.tensor = _empty(shape, op.target_dtype, self.device)
+            else:
+                strides = [s // item for s in self._invert_perm(stride_bytes)]
+                op.tensor = _empty_strided(shape, strides, op.target_dtype, self.device)
             op.will_resize = False
 
     def coalesce_dimensions(self):
