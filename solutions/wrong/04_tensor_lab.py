@@ -140,6 +140,26 @@ for n in reversed(sizes):
 return tuple(reversed(strides))
 """,
         ),
+        (
+            "size-1 dims given stride 0, as if they were broadcast",
+            _STRIDES.replace("strides.append(step)", "strides.append(0 if n == 1 else step)"),
+        ),
+        (
+            "a 0-d tensor given the stride (1,) instead of ()",
+            "if not sizes:\n    return (1,)\n" + _STRIDES,
+        ),
+        (
+            "the strides left innermost first (the final reverse forgotten)",
+            _STRIDES.replace("return tuple(reversed(strides))", "return tuple(strides)"),
+        ),
+        (
+            "each stride as np.prod of the later sizes: the empty product is the float 1.0",
+            "return tuple(np.prod([max(n, 1) for n in sizes[k + 1 :]]) for k in range(len(sizes)))",
+        ),
+        (
+            "a list returned instead of a tuple ([3, 1] != (3, 1))",
+            _STRIDES.replace("return tuple(reversed(strides))", "return list(reversed(strides))"),
+        ),
     ],
     "ex2_view_meta": [
         (
@@ -178,6 +198,58 @@ return tuple(reversed(strides))
         (
             "-1 taken literally as a size (never matches, so it raises or grows)",
             [None, _EXPAND.replace("    if want == -1:\n        want = have\n", "")],
+        ),
+        (
+            "negative dims wrapped one short (n + dim - 1)",
+            [
+                _TRANSPOSE.replace(
+                    "dim0, dim1 = dim0 % n, dim1 % n",
+                    "dim0, dim1 = (d + n - 1 if d < 0 else d for d in (dim0, dim1))",
+                ),
+                None,
+            ],
+        ),
+        (
+            "the storage offset reset to 0, as if the view were a new tensor",
+            [_TRANSPOSE.replace("tuple(strides), offset", "tuple(strides), 0"), None],
+        ),
+        (
+            "the strides recomputed as contiguous for the swapped sizes",
+            [
+                _TRANSPOSE.replace(
+                    "return tuple(sizes), tuple(strides), offset",
+                    "return tuple(sizes), torch.empty(sizes).stride(), offset",
+                ),
+                None,
+            ],
+        ),
+        (
+            "broadcasting's symmetric rule: a dim of size 3 may 'expand' to 1",
+            [None, _EXPAND.replace("if have != 1:", "if have != 1 and want != 1:")],
+        ),
+        (
+            "only a growing mismatch raises: a dim of size 3 may shrink to 2",
+            [None, _EXPAND.replace("if have != 1:", "if have != 1 and want > have:")],
+        ),
+        (
+            "a new dim that stays of size 1 takes the input's first dim's size times stride, "
+            "not the expanded dim after it",
+            [
+                None,
+                _EXPAND.replace(
+                    "stride = out_sizes[k + 1] * out_strides[k + 1] if k + 1 < len(new_sizes) else 1",
+                    "stride = sizes[0] * strides[0] if sizes else 1",
+                ),
+            ],
+        ),
+        (
+            "the new dims added at the end (shapes aligned from the left)",
+            [
+                None,
+                _EXPAND.replace("if k < lead:", "if k >= len(sizes):").replace(
+                    "sizes[k - lead], strides[k - lead]", "sizes[k], strides[k]"
+                ),
+            ],
         ),
     ],
     "ex3_view_strides": [
@@ -220,6 +292,33 @@ return tuple(reversed(out))
                 "new_strides[view_d] = view_numel * chunk_base_stride",
                 "new_strides[view_d] = view_numel * strides[d]",
             ),
+        ),
+        (
+            "a 0-d tensor viewed gets no strides at all",
+            _VIEW.replace("return (1,) * len(new_shape)", "return ()"),
+        ),
+        (
+            "no special case for a 0-d tensor (strides[-1] of an empty tuple)",
+            _VIEW.replace("if len(sizes) == 0:\n    return (1,) * len(new_shape)\n", ""),
+        ),
+        (
+            "a list returned instead of a tuple",
+            _VIEW.replace("return tuple(new_strides) if", "return list(new_strides) if"),
+        ),
+        (
+            "chunks tested with the outer dim's size (s[k-1] == n[k-1] * s[k])",
+            _VIEW.replace(
+                "strides[d - 1] != tensor_numel * chunk_base_stride",
+                "strides[d - 1] != sizes[d - 1] * strides[d]",
+            ),
+        ),
+        (
+            "the next chunk's base stride taken from the dim just finished (off by one dim)",
+            _VIEW.replace("chunk_base_stride = strides[d - 1]", "chunk_base_stride = strides[d]"),
+        ),
+        (
+            "size-1 new dims at a chunk's end left for the next chunk",
+            _VIEW.replace(" or new_shape[view_d] == 1)", ")"),
         ),
     ],
     "ex4_broadcast": [
@@ -275,6 +374,48 @@ return tuple(reversed(out))
 """,
             ],
         ),
+        (
+            "'neither is 1' written as 'both > 1': a size-0 dim broadcasts against anything",
+            [_INFER.replace("x != y and x != 1 and y != 1", "x != y and x > 1 and y > 1"), None],
+        ),
+        (
+            "the larger size taken once the error check passes (0 against 1 gives 1)",
+            [_INFER.replace("out.append(y if x == 1 else x)", "out.append(max(x, y))"), None],
+        ),
+        (
+            "mismatched sizes raise ValueError, not RuntimeError",
+            [_INFER.replace("raise RuntimeError(", "raise ValueError("), None],
+        ),
+        (
+            "the broadcast shape returned as a list",
+            [_INFER.replace("return tuple(out)", "return out"), None],
+        ),
+        (
+            "the broadcast strides returned as a list",
+            [None, _BSTRIDES.replace("return tuple(", "return list(")],
+        ),
+        (
+            "strides only for the tensor's own dims: the new leading dims left out",
+            [None, "return tuple(0 if n == 1 else s for n, s in zip(sizes, strides))"],
+        ),
+        (
+            "sizes aligned from the right but strides from the left",
+            [None, _BSTRIDES.replace("else strides[k - lead]", "else strides[k % len(strides)]")],
+        ),
+        (
+            "stride 0 where the output size is 1, not where the input's is",
+            [None, _BSTRIDES.replace("sizes[k - lead] == 1", "out_shape[k] == 1")],
+        ),
+        (
+            "the innermost dim always read with stride 1, as if contiguous",
+            [
+                None,
+                _BSTRIDES.replace(
+                    "else strides[k - lead]",
+                    "else 1 if k == len(out_shape) - 1 else strides[k - lead]",
+                ),
+            ],
+        ),
     ],
     "ex5_tiled_matmul": [
         (
@@ -300,6 +441,43 @@ return tuple(reversed(out))
             ).replace(
                 "if k + tx < b.shape[0] and j < b.shape[1] else 0",
                 "if k + tx < b.shape[0] and j < b.shape[1] else 1",
+            ),
+        ),
+        (
+            "no syncthreads after loading the tiles: a thread reads tile entries not yet loaded",
+            _TILED.replace("    cuda.syncthreads()\n    for kk", "    for kk", 1),
+        ),
+        (
+            "no syncthreads after accumulating: the next tile overwrites one still being read",
+            _TILED.replace(
+                "        acc += sa[tx, kk] * sb[kk, ty]\n    cuda.syncthreads()\n",
+                "        acc += sa[tx, kk] * sb[kk, ty]\n",
+            ),
+        ),
+        (
+            "threads outside c return at once, before loading their share of the tiles",
+            _TILED.replace(
+                "acc = np.float32(0)\n",
+                "acc = np.float32(0)\nif i >= c.shape[0] or j >= c.shape[1]:\n    return\n",
+            ),
+        ),
+        (
+            "rows taken from blockIdx.y and columns from blockIdx.x",
+            _TILED.replace(
+                "i = cuda.blockIdx.x * TILE + tx\nj = cuda.blockIdx.y * TILE + ty",
+                "i = cuda.blockIdx.y * TILE + tx\nj = cuda.blockIdx.x * TILE + ty",
+            ),
+        ),
+        (
+            "the number of tiles counted from a's rows (M) instead of its columns (K)",
+            _TILED.replace(
+                "range((a.shape[1] + TILE - 1) // TILE)", "range((a.shape[0] + TILE - 1) // TILE)"
+            ),
+        ),
+        (
+            "the write's bounds check with c's dims swapped",
+            _TILED.replace(
+                "if i < c.shape[0] and j < c.shape[1]:", "if i < c.shape[1] and j < c.shape[0]:"
             ),
         ),
     ],
@@ -334,6 +512,47 @@ return size
                 None,
                 _ALLOC.replace(
                     "return 2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))", "return size"
+                ),
+            ],
+        ),
+        (
+            "rounded down to a multiple of 512 (at least 512)",
+            [_ROUND.replace("(nbytes + 511) // 512", "nbytes // 512"), None],
+        ),
+        (
+            "a 0-byte request gets 0 bytes",
+            [
+                _ROUND.replace(
+                    "if nbytes < 512:\n    return 512\n", "if nbytes == 0:\n    return 0\n"
+                ),
+                None,
+            ],
+        ),
+        (
+            "the bit trick masks with ~512 instead of ~511",
+            [_ROUND.replace("512 * ((nbytes + 511) // 512)", "(nbytes + 511) & ~512"), None],
+        ),
+        (
+            "MiB read as a million bytes (1_000_000, 10_000_000)",
+            [None, _ALLOC.replace("1 * MiB", "1_000_000").replace("10 * MiB", "10_000_000")],
+        ),
+        (
+            "large requests always get 2 MiB more than their size rounded down",
+            [
+                None,
+                _ALLOC.replace(
+                    "2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))",
+                    "2 * MiB * (size // (2 * MiB) + 1)",
+                ),
+            ],
+        ),
+        (
+            "large requests rounded to a multiple of the 20 MiB large buffer",
+            [
+                None,
+                _ALLOC.replace(
+                    "2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))",
+                    "20 * MiB * ((size + 20 * MiB - 1) // (20 * MiB))",
                 ),
             ],
         ),
