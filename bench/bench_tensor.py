@@ -1,15 +1,16 @@
 """Chapter 4: memory-bound kernels of retorch.tensor against torch, in GB/s (higher is better).
 
-Elementwise add of two 10M-element float32 tensors into a preallocated output (torch.add with
-out=, retorch's TensorIterator and parallel Numba loop, which runs a memory-bound op in scalar
-blocks of 16 elements); the same parallel loop with each row vectorised by LLVM instead (a loop
-compiled for add alone); the
-same add allocating its 40 MB output, whose first touch costs a page fault per 4 KiB page
-(about 9,800); a sum over 10M float32; and retorch's sum with its loop compiled without
-fastmath (additions in source order).
-All move memory and do almost no arithmetic, so the ceiling is the machine's memory
-bandwidth: the copy_ bars measure it (10M floats, each byte read and written once). GB/s
-count what an op must read plus write (add: 12 bytes per element, sum: 4).
+Elementwise add of two float32 tensors into a preallocated output (torch.add with out=,
+retorch's TensorIterator and parallel Numba loop, whose row loop for add LLVM vectorises), at
+10M elements (120 MB moved, beyond the caches) and at 1M (12 MB, which the caches hold after
+the first call); at both sizes the same parallel loop with its rows in scalar blocks of 16
+elements instead (one compiled loop for every op, which LLVM leaves scalar); the add
+allocating its 40 MB output, whose first touch costs a page fault per 4 KiB page (about
+9,800); a sum over 10M float32; and retorch's sum with its loop compiled without fastmath
+(additions in source order).
+All move memory and do almost no arithmetic, so beyond the caches the ceiling is the
+machine's memory bandwidth: the copy_ bars measure it (as many floats, each byte read and
+written once). GB/s count what an op must read plus write (add: 12 bytes per element, sum: 4).
 
 Implementations take turns (so drifts of the machine hit all of them), and each turn is one
 untimed call followed by a timed block of 3 calls (41 turns): torch and Numba each run their own OpenMP
@@ -65,25 +66,30 @@ def _strict_sum_loop():
     return strict_sum
 
 
-def _vector_add_loop():
-    """retorch's add loop for one contiguous row split into tasks, with every task's row run
-    by ``_binary_row_vector`` for the op ``add`` fixed at compile time (the loop LLVM
-    vectorises, one compiled loop for this op alone, as torch compiles one per op) instead of
-    the scalar blocks that serve every cheap op."""
+def _blocks_add_loop():
+    """retorch's add loop with every row run in blocks of 16 elements through the op switch
+    (``binary_scalar`` with ``op`` a run-time value): one compiled loop that serves every op,
+    as retorch's loop did before each op got a row loop of its own. LLVM cannot prove that
+    the output does not overlap an input inside a block, so it keeps the block scalar."""
     from numba import njit, prange
 
     from retorch.tensor import cpu_kernels
 
-    grain, row, add = cpu_kernels.GRAIN, cpu_kernels._binary_row_vector, S.ADD
+    grain, scalar, add = cpu_kernels.GRAIN, cpu_kernels.binary_scalar, S.ADD
 
     @njit(parallel=True, error_model="numpy")
-    def vector_add(out, a, b):
+    def blocks_add(op, out, a, b):
         for t in prange((a.shape[0] + grain - 1) // grain):
             j0 = np.int64(t) * grain
-            j1 = min(a.shape[0], j0 + grain)
-            row(add, out[j0:j1], a[j0:j1], b[j0:j1], 1.0)
+            o_, a_, b_ = out[j0 : j0 + grain], a[j0 : j0 + grain], b[j0 : j0 + grain]
+            m = o_.shape[0] - o_.shape[0] % 16
+            for i in range(0, m, 16):
+                for j in range(i, i + 16):
+                    o_[j] = scalar(op, a_[j], b_[j], 1.0)
+            for j in range(m, o_.shape[0]):
+                o_[j] = scalar(op, a_[j], b_[j], 1.0)
 
-    return vector_add
+    return lambda out, a, b: blocks_add(add, out, a, b)
 
 
 def run(quick: bool = False) -> dict:
@@ -92,24 +98,35 @@ def run(quick: bool = False) -> dict:
     a, b, out, dst = torch.rand(n), torch.rand(n), torch.empty(n), torch.empty(n)
     ra, rb, rout = (rt.from_numpy(t.numpy()) for t in (a, b, out))
     strict_sum, x, zero = _strict_sum_loop(), a.numpy(), np.float32(0)
-    vector_add, arrays = _vector_add_loop(), (out.numpy(), a.numpy(), b.numpy())
-    label = f"{n / 1e6:g}M float32"
-    copy = ("bandwidth ceiling (copy_)", lambda: dst.copy_(a))
-    cases = {  # case: (bytes the op must move, {implementation: function})
-        f"add(out=), {label}": (12 * n, {"torch": lambda: torch.add(a, b, out=out),
-                                         "retorch": lambda: rt.add(ra, rb, out=rout)}),
-        f"add(out=), {label}, retorch vectorised by LLVM": (12 * n, {
+    blocks_add, arrays = _blocks_add_loop(), (out.numpy(), a.numpy(), b.numpy())
+    m = n // 10  # the in-cache size: 12 MB moved per add
+    sa, sb, sout, sdst = a[:m], b[:m], out[:m], dst[:m]
+    rsa, rsb, rsout = (rt.from_numpy(t.numpy()) for t in (sa, sb, sout))
+    small = (sout.numpy(), sa.numpy(), sb.numpy())
+    label, small_label = f"{n / 1e6:g}M float32", f"{m / 1e6:g}M float32 (in cache)"
+    copy = lambda: dst.copy_(a)  # noqa: E731
+    small_copy = lambda: sdst.copy_(sa)  # noqa: E731
+    cases = {  # case: (elements, bytes the op must move per element, {implementation: function})
+        f"add(out=), {label}": (n, 12, {"torch": lambda: torch.add(a, b, out=out),
+                                        "retorch": lambda: rt.add(ra, rb, out=rout)}),
+        f"add(out=), {label}, retorch in scalar blocks": (n, 12, {
             "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: vector_add(*arrays)}),
-        f"add, new output, {label}": (12 * n, {"torch": lambda: torch.add(a, b),
-                                               "retorch": lambda: rt.add(ra, rb)}),
-        f"sum, {label}": (4 * n, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),
+            "retorch": lambda: blocks_add(*arrays)}),
+        f"add(out=), {small_label}": (m, 12, {"torch": lambda: torch.add(sa, sb, out=sout),
+                                              "retorch": lambda: rt.add(rsa, rsb, out=rsout)}),
+        f"add(out=), {small_label}, retorch in scalar blocks": (m, 12, {
+            "torch": lambda: torch.add(sa, sb, out=sout),
+            "retorch": lambda: blocks_add(*small)}),
+        f"add, new output, {label}": (n, 12, {"torch": lambda: torch.add(a, b),
+                                              "retorch": lambda: rt.add(ra, rb)}),
+        f"sum, {label}": (n, 4, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),
         f"sum, {label}, retorch without fastmath": (
-            4 * n, {"torch": lambda: a.sum(), "retorch": lambda: strict_sum(x, zero)}),
+            n, 4, {"torch": lambda: a.sum(), "retorch": lambda: strict_sum(x, zero)}),
     }  # fmt: skip
     rows = []
-    for case, (nbytes, impls) in cases.items():
-        impls = dict(impls, **{copy[0]: copy[1]})
+    for case, (count, per_element, impls) in cases.items():
+        ceiling = "bandwidth ceiling (copy_)"
+        impls = dict(impls, **{ceiling: copy if count == n else small_copy})
         for fn in impls.values():  # warm up: Numba compilation or cache load, first touch
             fn()
             fn()
@@ -119,7 +136,7 @@ def run(quick: bool = False) -> dict:
                 fn()  # absorbs the switch from the other library's thread pool
                 _sample_ms(fn, samples[name], number=2 if quick else 3)
         for name, ms in samples.items():
-            moved = 8 * n if name == copy[0] else nbytes  # copy_ reads and writes each byte
+            moved = count * (8 if name == ceiling else per_element)  # copy_: read + write
             rows.append({"case": case, "impl": name, "value": moved / statistics.median(ms) / 1e6})
     return {
         "name": "tensor",

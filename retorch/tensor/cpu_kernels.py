@@ -87,30 +87,13 @@ def _task_range(task, nchunks, inner):
     return row, first, min(inner, first + GRAIN)
 
 
-#: Elements per block of :func:`_binary_row_blocks`.
-BLOCK = 16
-
-
 @njit(inline="always", **_jit)
 def _binary_row_vector(op, o_, a_, b_, alpha):
     """One contiguous row, as a plain loop over 0-based slices (no negative-index wraparound
     to check). Called with ``op`` a constant, LLVM drops the op switch and vectorises the
-    loop (on an AVX-512 CPU, four 512-bit registers per pass)."""
+    loop (on an AVX-512 CPU, four 512-bit registers per pass), after checking at run time
+    that ``o_`` does not overlap ``a_`` or ``b_``."""
     for j in range(o_.shape[0]):
-        o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
-
-
-@njit(inline="always", **_jit)
-def _binary_row_blocks(op, o_, a_, b_, alpha):
-    """The same row in blocks of ``BLOCK`` elements. LLVM cannot prove that ``o_`` does not
-    overlap ``a_`` or ``b_`` inside a block, so it keeps the block scalar: 16 loads, adds and
-    stores, unrolled."""
-    n = o_.shape[0]
-    m = n - n % BLOCK
-    for i in range(0, m, BLOCK):
-        for j in range(i, i + BLOCK):
-            o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
-    for j in range(m, n):
         o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
 
 
@@ -126,14 +109,24 @@ def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
         pb = bo + _row_start(row, shape, strides, 2)
         if so == 1 and sa == 1 and sb == 1:
             o_, a_, b_ = out[po + j0 : po + j1], a[pa + j0 : pa + j1], b[pb + j0 : pb + j1]
-            # div and pow do more arithmetic than memory traffic: each gets a loop of its own,
-            # its op a constant, so LLVM drops the switch and vectorises the loop
-            if op == S.DIV:
+            # one row loop per op, the op a constant: LLVM drops the switch and vectorises
+            # each loop, as torch's cpu_kernel_vec compiles a vectorized_loop for every op
+            if op == S.ADD:
+                _binary_row_vector(S.ADD, o_, a_, b_, alpha)
+            elif op == S.SUB:
+                _binary_row_vector(S.SUB, o_, a_, b_, alpha)
+            elif op == S.MUL:
+                _binary_row_vector(S.MUL, o_, a_, b_, alpha)
+            elif op == S.DIV:
                 _binary_row_vector(S.DIV, o_, a_, b_, alpha)
             elif op == S.POW:
                 _binary_row_vector(S.POW, o_, a_, b_, alpha)
-            else:  # bound by memory: one scalar loop serves every other op (make bench
-                _binary_row_blocks(op, o_, a_, b_, alpha)  # times it against a vector loop)
+            elif op == S.MAXIMUM:
+                _binary_row_vector(S.MAXIMUM, o_, a_, b_, alpha)
+            elif op == S.MINIMUM:
+                _binary_row_vector(S.MINIMUM, o_, a_, b_, alpha)
+            else:
+                _binary_row_vector(S.ADD_ALPHA, o_, a_, b_, alpha)
         else:
             for j in range(j0, j1):
                 out[po + j * so] = binary_scalar(op, a[pa + j * sa], b[pb + j * sb], alpha)
