@@ -113,6 +113,87 @@ if var._version != self.saved_version:
 return var
 """
 
+_ORDER_DISTINCT_DECREMENT = _ORDER_LOWEST_FIRST.replace(
+    "ready, order = [(root._sequence_nr(), id(root), root)], []",
+    "ready, order = [(-root._sequence_nr(), id(root), root)], []",
+).replace(
+    "        for nxt, _ in node.next_functions:\n            if nxt is not None:\n                deps[nxt] -= 1",
+    "        for nxt in {f for f, _ in node.next_functions}:\n            if nxt is not None:\n                deps[nxt] -= 1",
+).replace("(nxt._sequence_nr(), id(nxt), nxt)", "(-nxt._sequence_nr(), id(nxt), nxt)")
+
+_ORDER_HEAP = _ORDER_DISTINCT_DECREMENT.replace(
+    "for nxt in {f for f, _ in node.next_functions}:", "for nxt, _ in node.next_functions:"
+)
+
+_ORDER_COUNT_TWICE = _ORDER_HEAP.replace(
+    "                if nxt not in seen:\n                    seen.add(nxt)\n                    stack.append(nxt)",
+    "                stack.append(nxt)",
+)
+
+_ORDER_AT_PUSH = (
+    _ORDER_HEAP.replace("        order.append(type(node).__name__)\n", "")
+    .replace(
+        "ready, order = [(-root._sequence_nr(), id(root), root)], []",
+        "ready, order = [(-root._sequence_nr(), id(root), root)], [type(root).__name__]",
+    )
+    .replace(
+        "                    heapq.heappush(ready, (-nxt._sequence_nr(), id(nxt), nxt))",
+        "                    order.append(type(nxt).__name__)\n"
+        "                    heapq.heappush(ready, (-nxt._sequence_nr(), id(nxt), nxt))",
+    )
+)
+
+_ORDER_DFS_POSTORDER = """\
+    post, seen = [], set()
+
+    def visit(node):
+        seen.add(node)
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                visit(nxt)
+        post.append(type(node).__name__)
+
+    visit(root)
+    return post[::-1]
+"""
+
+_ENGINE_SKIP_NONE_EDGES = _ENGINE.replace(
+    "        for (nxt, _), grad in zip(node.next_functions, grads):\n"
+    "            if nxt is None:\n                continue\n",
+    "        edges = [e for e in node.next_functions if e.function is not None]\n"
+    "        for (nxt, _), grad in zip(edges, grads):\n",
+)
+
+_ENGINE_INPLACE_BUFFER = _ENGINE.replace(
+    "            buffers[nxt] = grad if nxt not in buffers else buffers[nxt] + grad\n",
+    "            if nxt in buffers:\n                buffers[nxt] += grad\n"
+    "            else:\n                buffers[nxt] = grad\n",
+)
+
+_ENGINE_COUNT_TWICE = _ENGINE.replace(
+    "                if nxt not in seen:\n                    seen.add(nxt)\n                    stack.append(nxt)",
+    "                stack.append(nxt)",
+)
+
+_ENGINE_LOWEST_FIRST = _ENGINE.replace("-root.sequence_nr", "root.sequence_nr").replace(
+    "-nxt.sequence_nr", "nxt.sequence_nr"
+)
+
+_ENGINE_COUNT_PARENTS = _ENGINE.replace(
+    "        for nxt, _ in node.next_functions:\n            if nxt is not None:\n"
+    "                dependencies[nxt] = dependencies.get(nxt, 0) + 1",
+    "        for nxt in {f for f, _ in node.next_functions}:\n            if nxt is not None:\n"
+    "                dependencies[nxt] = dependencies.get(nxt, 0) + 1",
+)
+
+_SUM_TO = """\
+lead = grad.dim() - len(shape)
+if lead:
+    grad = grad.sum(dim=tuple(range(lead)))
+dims = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+return grad.sum(dim=dims, keepdim=True) if dims else grad
+"""
+
 WRONG = {
     "ex1_sum_to": [
         (
@@ -152,12 +233,44 @@ dims = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
 return grad.mean(dim=dims, keepdim=True) if dims else grad
 """,
         ),
+        (
+            "finds the dims to sum by their sizes, not their positions (right unless sizes repeat)",
+            _SUM_TO.replace(
+                "dims = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)",
+                "dims = tuple(i for i, n in enumerate(grad.shape) if n not in shape)",
+            ),
+        ),
+        (
+            "reshapes to (-1, *shape) and sums dim 0 (right only when the size-1 dims lead)",
+            "return grad.reshape(-1, *shape).sum(0)\n",
+        ),
+        (
+            "negative dims off by one: -i instead of -(i + 1)",
+            _SUM_TO.replace(
+                "dims = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)",
+                "dims = tuple(-i for i, n in enumerate(reversed(shape)) if n == 1)",
+            ),
+        ),
+        (
+            "squeezes the result at the end, dropping the size-1 dims of shape",
+            _SUM_TO.replace(
+                "return grad.sum(dim=dims, keepdim=True) if dims else grad",
+                "return (grad.sum(dim=dims, keepdim=True) if dims else grad).squeeze()",
+            ),
+        ),
     ],
     "ex2_execution_order": [
         ("a stack: runs the node pushed last", _ORDER_STACK),
         ("a FIFO queue: runs the node pushed first", _ORDER_FIFO),
         ("a heap that pops the lowest sequence number first", _ORDER_LOWEST_FIRST),
         ("no dependency counts: a node runs as soon as one gradient reaches it", _ORDER_NO_COUNTS),
+        (
+            "decrements once per distinct next node, so a node with two edges to one child never frees it",
+            _ORDER_DISTINCT_DECREMENT,
+        ),
+        ("counts the edges below a shared node twice (no seen set)", _ORDER_COUNT_TWICE),
+        ("records a node when it is queued, not when it runs", _ORDER_AT_PUSH),
+        ("a textbook topological sort: reversed DFS post-order", _ORDER_DFS_POSTORDER),
     ],
     "ex3_backward_into": [
         (
@@ -183,6 +296,46 @@ for leaf, g in zip(leaves, grads):
 grads = torch.autograd.grad(loss, leaves, allow_unused=True)
 for leaf, g in zip(leaves, grads):
     leaf.grad = g if leaf.grad is None else leaf.grad + g
+""",
+        ),
+        (
+            "resets .grad to None for a leaf that gets no gradient",
+            """\
+grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+for leaf, g in zip(leaves, grads):
+    if g is None:
+        leaf.grad = None
+        continue
+    leaf.grad = g.clone() if leaf.grad is None else leaf.grad + g
+""",
+        ),
+        (
+            "stops at the first None gradient (break instead of continue)",
+            """\
+grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+for leaf, g in zip(leaves, grads):
+    if g is None:
+        break
+    leaf.grad = g.clone() if leaf.grad is None else leaf.grad + g
+""",
+        ),
+        (
+            "stores zeros for a leaf that gets no gradient",
+            """\
+grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+for leaf, g in zip(leaves, grads):
+    if g is None:
+        g = torch.zeros_like(leaf)
+    leaf.grad = g.clone() if leaf.grad is None else leaf.grad + g
+""",
+        ),
+        (
+            "adds the new gradient twice once .grad exists",
+            """\
+grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+for leaf, g in zip(leaves, grads):
+    if g is not None:
+        leaf.grad = g.clone() if leaf.grad is None else g + g
 """,
         ),
     ],
@@ -223,6 +376,30 @@ for leaf, g in zip(leaves, grads):
                 ),
             ],
         ),
+        (
+            "hard-codes torch.FloatTensor as the type (right only for float32)",
+            [None, _SAVED_UNPACK.replace("{var.data.type()}", "torch.FloatTensor")],
+        ),
+        (
+            "writes only the first size (right only for 1-d tensors)",
+            [None, _SAVED_UNPACK.replace(
+                'shape = ", ".join(str(n) for n in var.data.shape)', "shape = var.data.shape[0]"
+            )],
+        ),
+        (
+            "joins the sizes with ',' and no space (right only for 1-d tensors)",
+            [None, _SAVED_UNPACK.replace('", ".join', '",".join')],
+        ),
+        (
+            "names the dtype (torch.float32) instead of the tensor type",
+            [None, _SAVED_UNPACK.replace("{var.data.type()}", "{var.data.dtype}")],
+        ),
+        (
+            "says how many times it changed instead of the version now",
+            [None, _SAVED_UNPACK.replace(
+                "is at version {var._version}; ", "is at version {var._version - self.saved_version}; "
+            )],
+        ),
     ],
     "ex5_run_backward": [
         ("a stack: runs the node pushed last", _ENGINE_STACK),
@@ -249,6 +426,21 @@ for leaf, g in zip(leaves, grads):
             _ENGINE.replace("(-root.sequence_nr, id(root), root)", "(id(root), root)")
             .replace("_, _, node = heapq.heappop(ready)", "_, node = heapq.heappop(ready)")
             .replace("(-nxt.sequence_nr, id(nxt), nxt)", "(id(nxt), nxt)"),
+        ),
+        (
+            "drops the None edges before zipping, so gradients shift onto the wrong inputs",
+            _ENGINE_SKIP_NONE_EDGES,
+        ),
+        (
+            "accumulates into the buffer in place (+=), changing the gradient AddBackward0 "
+            "handed to both its inputs",
+            _ENGINE_INPLACE_BUFFER,
+        ),
+        ("counts the edges below a shared node twice (no seen set)", _ENGINE_COUNT_TWICE),
+        ("a heap that pops the lowest sequence number first", _ENGINE_LOWEST_FIRST),
+        (
+            "counts parents, not edges: a * a frees its leaf after one of its two gradients",
+            _ENGINE_COUNT_PARENTS,
         ),
     ],
 }
