@@ -105,6 +105,127 @@ else:
     object.__setattr__(self, name, value)
 """,
         ),
+        (
+            "checks the value's type before the name's current role (a module replaces a"
+            " parameter instead of raising TypeError)",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    self.__dict__.pop(name, None)
+    modules.pop(name, None)
+    params[name] = value
+elif isinstance(value, (MiniModule, nn.Module)):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "None to a module's name drops the module and makes a plain attribute",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    self.__dict__.pop(name, None)
+    modules.pop(name, None)
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif isinstance(value, (MiniModule, nn.Module)):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    del modules[name]
+    object.__setattr__(self, name, None)
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "type(value) is nn.Parameter: a subclass of Parameter becomes a plain attribute",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if type(value) is nn.Parameter:
+    self.__dict__.pop(name, None)
+    modules.pop(name, None)
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif isinstance(value, (MiniModule, nn.Module)):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "a Parameter does not clear a plain attribute of the same name",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    modules.pop(name, None)
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif isinstance(value, (MiniModule, nn.Module)):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
+        (
+            "a module's name accepts only None (re-assigning a module raises TypeError)",
+            """
+params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
+if isinstance(value, nn.Parameter):
+    self.__dict__.pop(name, None)
+    modules.pop(name, None)
+    params[name] = value
+elif name in params:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as parameter {name}")
+    params[name] = None
+elif name in modules:
+    if value is not None:
+        raise TypeError(f"cannot assign {type(value).__name__} as module {name}")
+    modules[name] = None
+elif isinstance(value, (MiniModule, nn.Module)):
+    self.__dict__.pop(name, None)
+    params.pop(name, None)
+    modules[name] = value
+else:
+    object.__setattr__(self, name, value)
+""",
+        ),
     ],
     "ex2_named_parameters": [
         (
@@ -207,6 +328,86 @@ def walk(mod, pre):
 yield from walk(module, prefix)
 """,
         ),
+        (
+            "the seen sets live on the function (state kept between calls)",
+            """
+seen = named_parameters.__dict__.setdefault("seen", (set(), set()))
+seen_modules, seen_params = seen
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p is not None and p not in seen_params:
+            seen_params.add(p)
+            yield (pre + "." if pre else "") + name, p
+    for name, child in mod._modules.items():
+        yield from walk(child, (pre + "." if pre else "") + name)
+
+yield from walk(module, prefix)
+""",
+        ),
+        (
+            "does not skip a None child (nn.Sequential slot set to None)",
+            """
+seen_modules, seen_params = set(), set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p is not None and p not in seen_params:
+            seen_params.add(p)
+            yield (pre + "." if pre else "") + name, p
+    for name, child in mod._modules.items():
+        yield from walk(child, (pre + "." if pre else "") + name)
+
+yield from walk(module, prefix)
+""",
+        ),
+        (
+            "a child's names start from the child's own name, not the full dotted path",
+            """
+seen_modules, seen_params = set(), set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        if p is not None and p not in seen_params:
+            seen_params.add(p)
+            yield (pre + "." if pre else "") + name, p
+    for name, child in mod._modules.items():
+        if child is not None:
+            yield from walk(child, name)
+
+yield from walk(module, prefix)
+""",
+        ),
+        (
+            "de-duplicates by name instead of by object (a tied weight twice)",
+            """
+seen_modules, seen_names = set(), set()
+
+def walk(mod, pre):
+    if mod in seen_modules:
+        return
+    seen_modules.add(mod)
+    for name, p in mod._parameters.items():
+        full = (pre + "." if pre else "") + name
+        if p is not None and full not in seen_names:
+            seen_names.add(full)
+            yield full, p
+    for name, child in mod._modules.items():
+        if child is not None:
+            yield from walk(child, (pre + "." if pre else "") + name)
+
+yield from walk(module, prefix)
+""",
+        ),
     ],
     "ex3_call_with_hooks": [
         (
@@ -279,6 +480,83 @@ for hook in pre_hooks:
         args = result if isinstance(result, tuple) else (result,)
 out = module.forward(*args)
 for hook in reversed(hooks):
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+        (
+            "a pre-hook's single value is wrapped in a list, not a tuple",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result if isinstance(result, (tuple, list)) else [result]
+out = module.forward(*args)
+for hook in hooks:
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+        (
+            "calls module(*args) instead of module.forward(*args) (its registered hooks run too)",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result if isinstance(result, tuple) else (result,)
+out = module(*args)
+for hook in hooks:
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+return out
+""",
+        ),
+        (
+            "stops at the first forward hook that returns a value",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = result if isinstance(result, tuple) else (result,)
+out = module.forward(*args)
+for hook in hooks:
+    result = hook(module, args, out)
+    if result is not None:
+        out = result
+        break
+return out
+""",
+        ),
+        (
+            "tests the hook's result for truth instead of `is not None`",
+            """
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result:
+        args = result if isinstance(result, tuple) else (result,)
+out = module.forward(*args)
+for hook in hooks:
+    result = hook(module, args, out)
+    if result:
+        out = result
+return out
+""",
+        ),
+        (
+            "turns args into a list up front (hooks see a list, not a tuple)",
+            """
+args = list(args)
+for hook in pre_hooks:
+    result = hook(module, args)
+    if result is not None:
+        args = list(result) if isinstance(result, tuple) else [result]
+out = module.forward(*args)
+for hook in hooks:
     result = hook(module, args, out)
     if result is not None:
         out = result
@@ -388,6 +666,91 @@ for name, child in module._modules.items():
 return out
 """,
         ),
+        (
+            "does not skip a None buffer",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach()
+for name, b in module._buffers.items():
+    if name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b if b is None else b.detach()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
+        (
+            "checks every buffer against the top module's non-persistent set",
+            """
+root = module
+
+def walk(mod, pre):
+    out = OrderedDict()
+    for name, p in mod._parameters.items():
+        if p is not None:
+            out[pre + name] = p.detach()
+    for name, b in mod._buffers.items():
+        if b is not None and name not in root._non_persistent_buffers_set:
+            out[pre + name] = b.detach()
+    for name, child in mod._modules.items():
+        if child is not None:
+            out.update(walk(child, pre + name + "."))
+    return out
+
+return walk(module, prefix)
+""",
+        ),
+        (
+            "a child's keys start from its own name (no parent path)",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach()
+for name, b in module._buffers.items():
+    if b is not None and name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b.detach()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, name + "."))
+return out
+""",
+        ),
+        (
+            "the children before the module's own entries",
+            """
+out = OrderedDict()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach()
+for name, b in module._buffers.items():
+    if b is not None and name not in module._non_persistent_buffers_set:
+        out[prefix + name] = b.detach()
+return out
+""",
+        ),
+        (
+            "looks the buffer's name up in _parameters, not _non_persistent_buffers_set",
+            """
+out = OrderedDict()
+for name, p in module._parameters.items():
+    if p is not None:
+        out[prefix + name] = p.detach()
+for name, b in module._buffers.items():
+    if b is not None and name not in module._parameters:
+        out[prefix + name] = b.detach()
+for name, child in module._modules.items():
+    if child is not None:
+        out.update(state_dict(child, prefix + name + "."))
+return out
+""",
+        ),
     ],
     "ex5_apply": [
         (
@@ -486,6 +849,129 @@ for param in module._parameters.values():
 for name, buf in module._buffers.items():
     if buf is not None:
         module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "does not skip a None buffer (fn(None))",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for param in module._parameters.values():
+    if param is None:
+        continue
+    with torch.no_grad():
+        param.data = fn(param)
+        if param.grad is not None:
+            param.grad.data = fn(param.grad)
+for name, buf in module._buffers.items():
+    module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "does not skip a None parameter (bias=False)",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for param in module._parameters.values():
+    with torch.no_grad():
+        param.data = fn(param)
+        if param.grad is not None:
+            param.grad.data = fn(param.grad)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "replaces the .grad by a new tensor instead of filling the existing one",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for param in module._parameters.values():
+    if param is None:
+        continue
+    with torch.no_grad():
+        param.data = fn(param)
+        if param.grad is not None:
+            param.grad = fn(param.grad)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+""",
+        ),
+        (
+            "visits a shared module only once",
+            """
+def walk(mod, seen):
+    if mod in seen:
+        return
+    seen.add(mod)
+    for child in mod._modules.values():
+        if child is not None:
+            walk(child, seen)
+    for param in mod._parameters.values():
+        if param is None:
+            continue
+        with torch.no_grad():
+            param.data = fn(param)
+            if param.grad is not None:
+                param.grad.data = fn(param.grad)
+    for name, buf in mod._buffers.items():
+        if buf is not None:
+            mod._buffers[name] = fn(buf)
+
+walk(module, set())
+return module
+""",
+        ),
+        (
+            "converts a tied weight only once",
+            """
+seen = set()
+
+def walk(mod):
+    for child in mod._modules.values():
+        if child is not None:
+            walk(child)
+    for param in mod._parameters.values():
+        if param is None or param in seen:
+            continue
+        seen.add(param)
+        with torch.no_grad():
+            param.data = fn(param)
+            if param.grad is not None:
+                param.grad.data = fn(param.grad)
+    for name, buf in mod._buffers.items():
+        if buf is not None:
+            mod._buffers[name] = fn(buf)
+
+walk(module)
+return module
+""",
+        ),
+        (
+            "converts each buffer in place with .data instead of replacing it",
+            """
+for child in module._modules.values():
+    if child is not None:
+        apply_(child, fn)
+for param in module._parameters.values():
+    if param is None:
+        continue
+    with torch.no_grad():
+        param.data = fn(param)
+        if param.grad is not None:
+            param.grad.data = fn(param.grad)
+for buf in module._buffers.values():
+    if buf is not None:
+        buf.data = fn(buf)
 return module
 """,
         ),
