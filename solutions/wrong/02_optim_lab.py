@@ -250,3 +250,176 @@ WRONG = {
         ),
     ],
 }
+
+# New wrong answers (second review): mistakes a newcomer makes with each concept.
+WRONG["ex1_sgd_step"] += [
+    (
+        "lr folded into the momentum buffer (b = mu b + lr g, p -= b): same steps, wrong buffer",
+        _SGD.replace("buf = grad.clone()", "buf = grad.mul(lr)")
+        .replace("add_(grad, alpha=1 - dampening)", "add_(grad, alpha=lr * (1 - dampening))")
+        .replace("grad.add(buf, alpha=momentum)", "grad.mul(lr).add(buf, alpha=momentum)")
+        .replace("p.add_(direction, alpha=-lr)", "p.sub_(direction)"),
+    ),
+    (
+        "Nesterov looks ahead with the previous buffer (before it was updated)",
+        _SGD.replace(
+            "if buf is None:",
+            "prev = torch.zeros_like(grad) if buf is None else buf.clone()\nif buf is None:",
+        ).replace("grad.add(buf, alpha=momentum)", "grad.add(prev, alpha=momentum)"),
+    ),
+    (
+        "the buffer kept on the function between calls (a fresh run reuses the old one)",
+        _SGD.replace(
+            "if buf is None:\n    buf = grad.clone()",
+            "buf = getattr(sgd_step, 'buf', None)\nif buf is None:\n    buf = grad.clone()",
+        ).replace("return buf", "sgd_step.buf = buf\nreturn buf"),
+    ),
+    (
+        "dampening used as the gradient's weight (alpha=dampening, not 1 - dampening)",
+        _SGD.replace("alpha=1 - dampening", "alpha=dampening"),
+    ),
+]
+
+WRONG["ex2_adam_step"] += [
+    (
+        "the caller's gradient scaled in place to save a temporary",
+        _ADAM.replace(
+            "m.mul_(beta1).add_(grad, alpha=1 - beta1)\n"
+            "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)",
+            "v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)\n"
+            "m.mul_(beta1).add_(grad.mul_(1 - beta1))",
+        ),
+    ),
+    (
+        "own step counter kept on the function instead of the t given",
+        "adam_step.t = getattr(adam_step, 't', 0) + 1\nt = adam_step.t\n" + _ADAM,
+    ),
+    (
+        "eps added before the second bias correction (eps scaled by 1/sqrt(1 - beta2**t))",
+        _ADAM.replace(
+            "(v_hat.sqrt() + eps)", "((v.sqrt() + eps) / math.sqrt(1 - beta2**t))"
+        ),
+    ),
+    (
+        "operator precedence: eps added to the quotient, not to the denominator",
+        _ADAM.replace("lr * m_hat / (v_hat.sqrt() + eps)", "lr * m_hat / v_hat.sqrt() + eps"),
+    ),
+]
+
+WRONG["ex3_adamw_step"] += [
+    (
+        "decay scaled by the bias-corrected step size",
+        "p.mul_(1 - lr / (1 - beta1**t) * weight_decay)\n"
+        "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+    ),
+    (
+        "decay uses Adam's default lr (1e-3) instead of the lr given",
+        "p.mul_(1 - 1e-3 * weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+    ),
+    (
+        "decay skipped at the first step (no moments yet)",
+        "if t > 1:\n    p.mul_(1 - lr * weight_decay)\n"
+        "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+    ),
+    (
+        "both decoupled decay and L2 in the gradient",
+        "p.mul_(1 - lr * weight_decay)\n"
+        "adam_step(p, grad + weight_decay * p, m, v, t, lr, beta1, beta2, eps)",
+    ),
+]
+
+WRONG["ex4_adam_foreach"] += [
+    (
+        "eps added before dividing by the second bias correction",
+        _FOREACH.replace(
+            "torch._foreach_div_(denom, bc2_sqrt)\ntorch._foreach_add_(denom, eps)",
+            "torch._foreach_add_(denom, eps)\ntorch._foreach_div_(denom, bc2_sqrt)",
+        ),
+    ),
+    (
+        "the caller's gradients scaled in place for the first moment",
+        _FOREACH.replace(
+            "torch._foreach_mul_(ms, beta1)\ntorch._foreach_add_(ms, grads, alpha=1 - beta1)\n", ""
+        ).replace(
+            "step_sizes =",
+            "torch._foreach_mul_(ms, beta1)\ntorch._foreach_mul_(grads, 1 - beta1)\n"
+            "torch._foreach_add_(ms, grads)\nstep_sizes =",
+        ),
+    ),
+    (
+        "square root taken per tensor in a list comprehension",
+        _FOREACH.replace("denom = torch._foreach_sqrt(vs)", "denom = [v.sqrt() for v in vs]"),
+    ),
+    (
+        "square root taken in place on the state (v becomes sqrt(v))",
+        _FOREACH.replace("denom = torch._foreach_sqrt(vs)", "torch._foreach_sqrt_(vs)\ndenom = vs"),
+    ),
+    (
+        "no guard for a step where no parameter has a gradient (empty lists)",
+        _FOREACH,  # the foreach ops raise on empty lists
+    ),
+]
+
+WRONG["ex5_state_dict"] += [
+    (
+        "unpack converts 'step' to the parameter's dtype too",
+        [
+            None,
+            _UNPACK.replace(
+                'v if k == "step" else v.to(dtype=p.dtype, device=p.device)',
+                "v.to(dtype=p.dtype, device=p.device)",
+            ),
+        ],
+    ),
+    (
+        "unpack keeps the saved state as it is (no .to to the parameter's dtype and device)",
+        [
+            None,
+            _UNPACK.replace(
+                "state[p] = {k: v if k == \"step\" else v.to(dtype=p.dtype, device=p.device)\n"
+                "                for k, v in saved.items()}",
+                "state[p] = saved",
+            ),
+        ],
+    ),
+    (
+        "pack finds a parameter's position with list.index (tensor ==, not identity)",
+        [
+            "params = [p for g in param_groups for p in g['params']]\n"
+            "groups = [{**{k: v for k, v in g.items() if k != 'params'},\n"
+            "           'params': [params.index(p) for p in g['params']]} for g in param_groups]\n"
+            "return {'state': {params.index(p): s for p, s in state.items()},"
+            " 'param_groups': groups}",
+            None,
+        ],
+    ),
+    (
+        "pack gives each group's positions as a tuple",
+        [
+            _PACK.replace(
+                'list(range(start, start + len(group["params"])))',
+                'tuple(range(start, start + len(group["params"])))',
+            ),
+            None,
+        ],
+    ),
+]
+
+WRONG["ex6_cosine_lr"] += [
+    (
+        "eta_min and base_lr swapped (the schedule climbs)",
+        "return base_lr + (eta_min - base_lr) * (1 + math.cos(math.pi * epoch / T_max)) / 2",
+    ),
+    (
+        "cos in degrees-style units (180 instead of pi)",
+        "return eta_min + (base_lr - eta_min) * (1 + math.cos(180 * epoch / T_max)) / 2",
+    ),
+    (
+        "off by one: T_max - 1 in the period",
+        "return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * epoch / (T_max - 1))) / 2",
+    ),
+    (
+        "a linear decay instead of the cosine",
+        "return base_lr - (base_lr - eta_min) * epoch / T_max",
+    ),
+]
