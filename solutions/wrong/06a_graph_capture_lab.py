@@ -91,6 +91,47 @@ WRONG = {
             "__torch_function__ drops the keyword arguments (torch.cat(..., dim=0))",
             [None, _sub(_TORCH_FUNCTION, "args, kwargs)\n", "args, {})\n")],
         ),
+        (
+            "no guard for dunder names: Python's probes (__len__, __array__...) become methods",
+            [_sub(_GETATTR, 'if name.startswith("__"):\n    raise AttributeError(name)\n', ""),
+             None],
+        ),
+        (
+            "the method's keyword arguments passed as one positional dict",
+            [_sub(_GETATTR, "(self, *args), kwargs)", "(self, *args, kwargs), {})"), None],
+        ),
+        (
+            "methods cached by name on the class: a second receiver reuses the first's closure",
+            [_sub(_GETATTR, "def method(*args, **kwargs):\n"
+                  "    return record(self.node.graph, \"call_method\", name, (self, *args), "
+                  "kwargs)\n\nreturn method\n",
+                  "cache = type(self).__dict__.get(\"_methods\")\n"
+                  "if cache is None:\n"
+                  "    cache = {}\n"
+                  "    type(self)._methods = cache\n"
+                  "if name not in cache:\n"
+                  "    def method(*args, **kwargs):\n"
+                  "        return record(self.node.graph, \"call_method\", name, (self, *args), "
+                  "kwargs)\n"
+                  "    cache[name] = method\n"
+                  "return cache[name]\n"),
+             None],
+        ),
+        (
+            "__torch_function__ records a call_method of the function's name (torch.relu(x) as "
+            "x.relu())",
+            [None, _sub(_TORCH_FUNCTION, '"call_function", func,', '"call_method", func.__name__,')],
+        ),
+        (
+            "__torch_function__ keeps only the first argument (torch.sum(y, 0) loses its dim)",
+            [None, _sub(_TORCH_FUNCTION, "func, args, kwargs)", "func, args[:1], kwargs)")],
+        ),
+        (
+            "__torch_function__ turns a list argument into a tuple (torch.cat((x, y)))",
+            [None, _sub(_TORCH_FUNCTION, "func, args, kwargs)",
+                        "func, tuple(tuple(a) if isinstance(a, list) else a for a in args), "
+                        "kwargs)")],
+        ),
     ],
     "ex2_dce": [
         (
@@ -122,6 +163,36 @@ while changed:
             changed = True
 return changed
 """,
+        ),
+        (
+            "node.is_impure referenced, not called (a bound method is truthy: nothing erased)",
+            _sub(_DCE, "not node.is_impure()", "not node.is_impure"),
+        ),
+        (
+            "returns None, not False, when nothing was erased",
+            _sub(_DCE, "return changed", "if changed:\n    return True"),
+        ),
+        (
+            "dead nodes collected first, then erased: a dead chain loses only its last node",
+            """\
+dead = [n for n in graph.nodes if not n.users and not n.is_impure()]
+for node in reversed(dead):
+    graph.erase_node(node)
+return bool(dead)
+""",
+        ),
+        (
+            "unused placeholders erased too (only torch._assert and the output kept)",
+            _sub(_DCE, "not node.is_impure()",
+                 '(not node.is_impure() or node.op == "placeholder")'),
+        ),
+        (
+            "stops after the first node erased",
+            _sub(_DCE, "        changed = True\n", "        return True\n"),
+        ),
+        (
+            "returns how many nodes were erased instead of a bool",
+            _sub(_sub(_DCE, "changed = False", "changed = 0"), "changed = True", "changed += 1"),
         ),
     ],
     "ex3_tensor_match": [
@@ -164,6 +235,28 @@ return changed
             _sub(_MATCH, "return isinstance(value, torch.Tensor) and key(value) == expected",
                  "return key(value) == expected"),
         ),
+        (
+            "is_conj() compared instead of the dispatch keys (a negative-bit view matches)",
+            _sub(_MATCH, "torch._C._dispatch_keys(t))", "t.is_conj())"),
+        ),
+        (
+            "the type fixed to torch.Tensor instead of the example's type (right only for a plain "
+            "tensor example)",
+            _sub(_MATCH, "return (type(t), t.dtype", "return (t.dtype").replace(
+                "isinstance(value, torch.Tensor)", "type(value) is torch.Tensor"),
+        ),
+        (
+            "t.type() (the legacy type string) compared instead of the Python type",
+            _sub(_MATCH, "return (type(t), t.dtype", "return (t.type(), t.dtype"),
+        ),
+        (
+            "is_contiguous() compared instead of the strides",
+            _sub(_MATCH, "t.stride(),", "t.is_contiguous(),"),
+        ),
+        (
+            "the number of elements compared instead of the sizes",
+            _sub(_MATCH, "t.device, t.shape,", "t.device, t.numel(),"),
+        ),
     ],
     "ex4_binary_op": [
         (
@@ -184,6 +277,37 @@ return changed
             "folding when either operand is a constant",
             _sub(_BINARY, "if not isinstance(left, torch.fx.Node) and not", "if not isinstance("
                  "left, torch.fx.Node) or not"),
+        ),
+        (
+            "tensor operands recorded with torch's function of the same name (torch.add, "
+            "torch.pow)",
+            _sub(_BINARY, "self.graph.call_function(op, (left, right))",
+                 "self.graph.call_function(getattr(torch, op.__name__, op), (left, right))"),
+        ),
+        (
+            "in-place operators always recorded, even on two constants (k |= 2 becomes a node)",
+            _sub(_BINARY, "if not isinstance(left, torch.fx.Node) and not",
+                 'if not sym.endswith("=") and not isinstance(left, torch.fx.Node) and not'),
+        ),
+        (
+            "in-place names built without dropping and_'s underscore (|= looks up "
+            "operator.ior_)",
+            _sub(_BINARY, 'ops[sym[:-1]].rstrip("_")', "ops[sym[:-1]]"),
+        ),
+        (
+            "constants folded with eval of the operator's text (k |= 2 is a statement)",
+            _sub(_BINARY, "self.stack.append(op(left, right))",
+                 'self.stack.append(eval(f"{left!r} {sym} {right!r}"))'),
+        ),
+        (
+            "the operator's first character looked up (** as *, // as /)",
+            _sub(_BINARY, 'ops[sym[:-1]].rstrip("_") if sym.endswith("=") else ops[sym]',
+                 'ops[sym[0]].rstrip("_") if sym.endswith("=") else ops[sym[0]]'),
+        ),
+        (
+            "the left operand peeked, not popped (it stays on the stack)",
+            _sub(_BINARY, "right, left = self.stack.pop(), self.stack.pop()",
+                 "right, left = self.stack.pop(), self.stack[-1]"),
         ),
     ],
 }
