@@ -67,6 +67,44 @@ WRONG = {
             "nothing ever fits: one kernel per buffer",
             "return False\n",
         ),
+        (
+            "the loops compared with their sizes of 1 kept (strip1 forgotten)",
+            _sub(_FITS, "outer, inner = loops_of(node)", "outer, inner = node.ranges()"),
+        ),
+        (
+            "a reduction fits when it reduces over as many dims, whatever their sizes",
+            _sub(_FITS, "(outer, inner) == (kernel.outer, kernel.inner)",
+                 "outer == kernel.outer and len(inner) == len(kernel.inner)"),
+        ),
+        (
+            "a reduction fits when it reduces over as many elements (4 x 32 as good as 128)",
+            _sub(_FITS, "(outer, inner) == (kernel.outer, kernel.inner)",
+                 "outer == kernel.outer and math.prod(inner) == math.prod(kernel.inner)")
+            .replace("outer, inner = loops_of(node)", "import math\nouter, inner = loops_of(node)"),
+        ),
+        (
+            "a reduction fits when it reduces over the same loop, whatever its rows",
+            _sub(_FITS, "(outer, inner) == (kernel.outer, kernel.inner)", "inner == kernel.inner"),
+        ),
+        (
+            "one value per element read as the kernel's inner loop alone, not outer + inner",
+            _sub(_FITS, "kernel.outer + kernel.inner", "kernel.inner"),
+        ),
+        (
+            "the loops concatenated the wrong way round (inner + outer)",
+            _sub(_FITS, "kernel.outer + kernel.inner", "kernel.inner + kernel.outer"),
+        ),
+        (
+            "a pointwise buffer fits when it starts with the kernel's rows, whatever follows",
+            _sub(_FITS, "outer in (kernel.outer, kernel.outer + kernel.inner)",
+                 "outer[: len(kernel.outer)] == kernel.outer"),
+        ),
+        (
+            "the total number of elements compared instead of the loops",
+            "import math\nouter, inner = loops_of(node)\n"
+            "n, rows = math.prod(outer + inner), math.prod(kernel.outer)\n"
+            "return n in (rows, rows * math.prod(kernel.inner))\n",
+        ),
     ],
     "ex2_relu": [
         (
@@ -88,6 +126,42 @@ WRONG = {
         (
             "the expression returned as text instead of emitted as a variable",
             _sub(_RELU, "return self.emit(expr, x.dtype)", "return expr"),
+        ),
+        (
+            "max(0, x): Python's max keeps its first argument on a tie or NaN",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"max({zero}, {x})"'),
+        ),
+        (
+            "the handler's maximum(zero, x): -0.0 becomes +0.0",
+            "zero = self.constant(0, x.dtype)\nreturn self.maximum(zero, x)\n",
+        ),
+        (
+            "x * (x > 0): a negative becomes -0.0, -inf becomes NaN",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"{x} * ({x} > {zero})"'),
+        ),
+        (
+            "x if x >= 0 else 0: NaN becomes 0",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"{x} if {x} >= {zero} else {zero}"'),
+        ),
+        (
+            "np.clip(x, 0, None)",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"np.clip({x}, {zero}, None)"'),
+        ),
+        (
+            "np.fmax(x, 0): NaN becomes 0",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"', 'f"np.fmax({x}, {zero})"'),
+        ),
+        (
+            "the result declared float32 whatever the input's dtype",
+            "zero = self.constant(0, torch.float32)\n"
+            'return self.emit(f"{zero} if {x} < {zero} else {x}", torch.float32)\n',
+        ),
+        (
+            "the zero constant kept on the class from the first kernel it was made in",
+            "if not hasattr(type(self), 'ZERO'):\n"
+            "    type(self).ZERO = self.constant(0, x.dtype)\n"
+            "zero = type(self).ZERO\n"
+            'return self.emit(f"{zero} if {x} < {zero} else {x}", x.dtype)\n',
         ),
     ],
     "ex3_saved": [
@@ -113,6 +187,27 @@ WRONG = {
             "saved from the last forward node to the first",
             _sub(_SAVED, "return saved", "return saved[::-1]"),
         ),
+        (
+            "the last forward node left out of the forward (nodes[:last])",
+            _sub(_SAVED, "nodes[: last + 1]", "nodes[:last]"),
+        ),
+        (
+            "every input saved, read by the backward or not",
+            _sub(_SAVED, "    if any(", '    if n.op == "placeholder" or any('),
+        ),
+        (
+            "getitem nodes skipped instead of the node with several results",
+            _sub(_SAVED, "if n.users and all(u.target is operator.getitem for u in n.users):",
+                 "if n.target is operator.getitem:"),
+        ),
+        (
+            "the names sorted alphabetically instead of in graph order",
+            _sub(_SAVED, "return saved", "return sorted(saved)"),
+        ),
+        (
+            "the names collected in a set (order lost, by hash)",
+            _sub(_SAVED, "return saved", "return list(set(saved))"),
+        ),
     ],
     "ex4_backend": [
         (
@@ -136,6 +231,37 @@ WRONG = {
         (
             "everything counted as forward",
             _sub(_COUNT, "COUNTS[kind]", 'COUNTS["forward"]'),
+        ),
+        (
+            "each op counted once per graph (= 1 instead of += 1)",
+            _sub(_COUNT, "COUNTS[kind][str(node.target)] += 1", "COUNTS[kind][str(node.target)] = 1"),
+        ),
+        (
+            "the ops of a graph collected in a set, then counted",
+            "COUNTS[kind].update({str(n.target) for n in gm.graph.nodes\n"
+            "                     if isinstance(n.target, torch._ops.OpOverload)})\n"
+            "return make_boxed_func(gm.forward)\n",
+        ),
+        (
+            "the op counted by its schema name (aten::mul.Tensor)",
+            _sub(_COUNT, "COUNTS[kind][str(node.target)]", "COUNTS[kind][node.target.name()]"),
+        ),
+        (
+            "the op counted by the node's name (mul_1), not its target",
+            _sub(_COUNT, "COUNTS[kind][str(node.target)]", "COUNTS[kind][node.name]"),
+        ),
+        (
+            "the GraphModule returned as it is (not boxed)",
+            _sub(_COUNT, "return make_boxed_func(gm.forward)", "return gm"),
+        ),
+        (
+            "the counts of a graph replace the earlier ones (a new Counter each graph)",
+            _sub(_COUNT, "for node in gm.graph.nodes:",
+                 "COUNTS[kind] = collections.Counter()\nfor node in gm.graph.nodes:"),
+        ),
+        (
+            "a function that unpacks the list, not marked boxed",
+            _sub(_COUNT, "return make_boxed_func(gm.forward)", "return lambda args: gm(*args)"),
         ),
     ],
 }
