@@ -1,9 +1,10 @@
 """Chapter 4: memory-bound kernels of retorch.tensor against torch, in GB/s (higher is better).
 
 Elementwise add of two float32 tensors into a preallocated output (torch.add with out=,
-retorch's TensorIterator and parallel Numba loop, whose row loop for add LLVM vectorises), at
-10M elements (120 MB moved, beyond the caches) and at 1M (12 MB, which the caches hold after
-the first call); at both sizes the same parallel loop with its rows in scalar blocks of 16
+retorch's TensorIterator and parallel Numba loop, whose row loop for add LLVM vectorises with
+128-bit vectors), at 10M elements (120 MB moved, beyond the caches) and at 1M (12 MB, which
+the caches hold after the first call); at 10M the same loop compiled for 256-bit and for
+512-bit vectors; at both sizes the same parallel loop with its rows in scalar blocks of 16
 elements instead (one compiled loop for every op, which LLVM leaves scalar); the add
 allocating its 40 MB output, whose first touch costs a page fault per 4 KiB page (about
 9,800); a sum over 10M float32; and retorch's sum with its loop compiled without fastmath
@@ -66,6 +67,29 @@ def _strict_sum_loop():
     return strict_sum
 
 
+def _width_add_loop(bits: int):
+    """retorch's ``binary_loop`` compiled again with its streaming loops capped at ``bits``-bit
+    vectors in place of ``STREAM_VECTOR_BITS``, called on 1-d contiguous operands as
+    ``rt.add`` calls it for them."""
+    import types as pytypes
+
+    from numba import njit
+
+    from retorch.tensor import cpu_kernels
+
+    py = cpu_kernels.binary_loop.py_func
+    names = dict(vars(cpu_kernels), stream_width=cpu_kernels.vector_width(bits))
+    loop = njit(parallel=True, error_model="numpy")(
+        pytypes.FunctionType(py.__code__, names, f"binary_loop_{bits}")
+    )
+
+    def add(out, a, b):
+        shape, strides = np.array([a.shape[0]]), np.ones((3, 1), dtype=np.int64)
+        loop(S.ADD, out, 0, a, 0, b, 0, shape, strides, 1.0)
+
+    return add
+
+
 def _blocks_add_loop():
     """retorch's add loop with every row run in blocks of 16 elements through the op switch
     (``binary_scalar`` with ``op`` a run-time value): one compiled loop that serves every op,
@@ -99,6 +123,7 @@ def run(quick: bool = False) -> dict:
     ra, rb, rout = (rt.from_numpy(t.numpy()) for t in (a, b, out))
     strict_sum, x, zero = _strict_sum_loop(), a.numpy(), np.float32(0)
     blocks_add, arrays = _blocks_add_loop(), (out.numpy(), a.numpy(), b.numpy())
+    add_256, add_512 = _width_add_loop(256), _width_add_loop(512)
     m = n // 10  # the in-cache size: 12 MB moved per add
     sa, sb, sout, sdst = a[:m], b[:m], out[:m], dst[:m]
     rsa, rsb, rsout = (rt.from_numpy(t.numpy()) for t in (sa, sb, sout))
@@ -109,6 +134,12 @@ def run(quick: bool = False) -> dict:
     cases = {  # case: (elements, bytes the op must move per element, {implementation: function})
         f"add(out=), {label}": (n, 12, {"torch": lambda: torch.add(a, b, out=out),
                                         "retorch": lambda: rt.add(ra, rb, out=rout)}),
+        f"add(out=), {label}, retorch at 256-bit vectors": (n, 12, {
+            "torch": lambda: torch.add(a, b, out=out),
+            "retorch": lambda: add_256(*arrays)}),
+        f"add(out=), {label}, retorch at 512-bit vectors": (n, 12, {
+            "torch": lambda: torch.add(a, b, out=out),
+            "retorch": lambda: add_512(*arrays)}),
         f"add(out=), {label}, retorch in scalar blocks": (n, 12, {
             "torch": lambda: torch.add(a, b, out=out),
             "retorch": lambda: blocks_add(*arrays)}),

@@ -216,6 +216,28 @@ def test_infer_size_error_matches_torch():
 
 
 # ---- out=, in place, misuse -------------------------------------------------------------------
+def test_vector_width_reaches_llvm():
+    """``vector_width`` puts LLVM's ``"prefer-vector-width"`` attribute on the function that
+    calls it, and leaves what the function computes alone."""
+    from numba import njit
+
+    from retorch.tensor import cpu_kernels
+
+    capped = cpu_kernels.vector_width(cpu_kernels.STREAM_VECTOR_BITS)
+
+    @njit
+    def add_one(x):
+        capped()
+        for i in range(x.shape[0]):
+            x[i] += 1.0
+
+    x = np.arange(100, dtype=np.float32)
+    add_one(x)
+    np.testing.assert_array_equal(x, np.arange(1, 101, dtype=np.float32))
+    llvm_ir = "\n".join(add_one.inspect_llvm().values())
+    assert f'"prefer-vector-width"="{cpu_kernels.STREAM_VECTOR_BITS}"' in llvm_ir
+
+
 def test_add_out():
     rng = np.random.default_rng(1)
     a, ta = pair(sample((3, 4), "float32", rng))

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 from numba import njit, prange, types
 from numba.core import errors
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from . import scalar_ops as S
 
@@ -32,6 +32,36 @@ warnings.filterwarnings(
     "ignore", message="variable '.*' is not in scope", category=errors.NumbaIRAssumptionWarning
 )
 compare = njit(inline="always", **_jit)(S.compare)
+
+
+def vector_width(bits: int):
+    """An intrinsic that compiles the function calling it (a whole kernel, or the thread body
+    of a ``prange`` loop, which Numba compiles as a function of its own) for vectors of at
+    most ``bits`` bits: LLVM's function attribute ``"prefer-vector-width"``, which its loop
+    vectoriser obeys. (llvmlite lets only keyword attributes into a function's attribute set,
+    so this string attribute goes in with ``set.add``.)"""
+
+    @intrinsic
+    def prefer_vector_width(typingctx):
+        def codegen(context, builder, sig, args):
+            set.add(builder.function.attributes, f'"prefer-vector-width"="{bits}"')
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    return prefer_vector_width
+
+
+#: The vector width of retorch's streaming loops (elementwise ops on contiguous rows, copy).
+#: torch compiles each CPU kernel for DEFAULT, AVX2 and AVX512, but ``REGISTER_DISPATCH``
+#: leaves the AVX512 slot empty (``aten/src/ATen/native/DispatchStub.h``; only kernels
+#: registered with ``ALSO_REGISTER_AVX512_DISPATCH`` get one), so on an AVX-512 CPU add
+#: runs its AVX2 build: two 256-bit vectors, 64 bytes of each operand, per pass of its loop.
+#: LLVM unrolls its vector loops four times, so 128-bit vectors give the same 64 bytes per
+#: pass; ``make bench`` times 128, 256 and 512 bits against torch. On a CPU without AVX-512
+#: or AVX2 a cap above its widest register changes nothing.
+STREAM_VECTOR_BITS = 128
+stream_width = vector_width(STREAM_VECTOR_BITS)
 
 
 def binary_scalar(op, a, b, alpha):
@@ -91,8 +121,8 @@ def _task_range(task, nchunks, inner):
 def _binary_row_vector(op, o_, a_, b_, alpha):
     """One contiguous row, as a plain loop over 0-based slices (no negative-index wraparound
     to check). Called with ``op`` a constant, LLVM drops the op switch and vectorises the
-    loop (on an AVX-512 CPU, four 512-bit registers per pass), after checking at run time
-    that ``o_`` does not overlap ``a_`` or ``b_``."""
+    loop (four vector registers of :data:`STREAM_VECTOR_BITS` bits per pass), after checking
+    at run time that ``o_`` does not overlap ``a_`` or ``b_``."""
     for j in range(o_.shape[0]):
         o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
 
@@ -103,6 +133,7 @@ def binary_loop(op, out, oo, a, ao, b, bo, shape, strides, alpha):
     ntasks, nchunks = _tasks(shape)
     so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
     for t in prange(ntasks):
+        stream_width()
         row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
         po = oo + _row_start(row, shape, strides, 0)
         pa = ao + _row_start(row, shape, strides, 1)
@@ -163,6 +194,7 @@ def copy_loop(out, oo, a, ao, shape, strides):
     ntasks, nchunks = _tasks(shape)
     so, sa = strides[0, 0], strides[1, 0]
     for t in prange(ntasks):
+        stream_width()
         row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
         po = oo + _row_start(row, shape, strides, 0)
         pa = ao + _row_start(row, shape, strides, 1)
