@@ -52,14 +52,14 @@ def vector_width(bits: int):
     return prefer_vector_width
 
 
-#: The vector width of retorch's streaming loops (elementwise ops on contiguous rows, copy).
+#: The vector width of retorch's elementwise loops on contiguous rows (``binary_loop``).
 #: torch compiles each CPU kernel for DEFAULT, AVX2 and AVX512, but ``REGISTER_DISPATCH``
 #: leaves the AVX512 slot empty (``aten/src/ATen/native/DispatchStub.h``; only kernels
-#: registered with ``ALSO_REGISTER_AVX512_DISPATCH`` get one), so on an AVX-512 CPU add
-#: runs its AVX2 build: two 256-bit vectors, 64 bytes of each operand, per pass of its loop.
-#: LLVM unrolls its vector loops four times, so 128-bit vectors give the same 64 bytes per
-#: pass; ``make bench`` times 128, 256 and 512 bits against torch. On a CPU without AVX-512
-#: or AVX2 a cap above its widest register changes nothing.
+#: registered with ``ALSO_REGISTER_AVX512_DISPATCH`` get one, copy among them, add not), so
+#: on an AVX-512 CPU add runs its AVX2 build: two 256-bit vectors, 64 bytes of each operand,
+#: per pass of ``vectorized_loop`` (``native/cpu/Loops.h``). LLVM unrolls such a vector loop
+#: four times, so at 128 bits its pass moves the same 64 bytes; ``make bench`` times 128,
+#: 256 and 512 bits against torch. A cap above a CPU's widest register changes nothing.
 STREAM_VECTOR_BITS = 128
 stream_width = vector_width(STREAM_VECTOR_BITS)
 
@@ -194,7 +194,6 @@ def copy_loop(out, oo, a, ao, shape, strides):
     ntasks, nchunks = _tasks(shape)
     so, sa = strides[0, 0], strides[1, 0]
     for t in prange(ntasks):
-        stream_width()
         row, j0, j1 = _task_range(np.int64(t), nchunks, shape[0])
         po = oo + _row_start(row, shape, strides, 0)
         pa = ao + _row_start(row, shape, strides, 1)
