@@ -173,6 +173,27 @@ WRONG = {
     ],
     "ex3_first_key": [
         (
+            "compares printed key names (the exclude set's repr leaves out autograd without a "
+            "backend)",
+            _first_key(),
+        ),
+        (
+            "key-set arithmetic, but removes the excluded keys before adding the include set",
+            """
+keys = functools.reduce(operator.or_, [torch._C._dispatch_keys(t) for t in tensors])
+keys = (keys - torch._C._dispatch_tls_local_exclude_set()) | (
+    torch._C._dispatch_tls_local_include_set())
+return keys.highestPriorityTypeId().name
+""",
+        ),
+        (
+            "key-set arithmetic on the tensors' keys only (the thread's sets left out)",
+            """
+keys = functools.reduce(operator.or_, [torch._C._dispatch_keys(t) for t in tensors])
+return keys.highestPriorityTypeId().name
+""",
+        ),
+        (
             "takes the key set of the last tensor instead of the union",
             _first_key(tensors="tensors[-1:]"),
         ),
