@@ -1,14 +1,16 @@
 """Chapter 4: memory-bound kernels of retorch.tensor against torch, in GB/s (higher is better).
 
 Elementwise add of two float32 tensors into a preallocated output (torch.add with out=,
-retorch's TensorIterator and parallel Numba loop, whose row loop for add LLVM vectorises with
-128-bit vectors), at 10M elements (120 MB moved, beyond the caches) and at 1M (12 MB, which
-the caches hold after the first call); at 10M the same loop compiled for 256-bit and for
-512-bit vectors; at both sizes the same parallel loop with its rows in scalar blocks of 16
-elements instead (one compiled loop for every op, which LLVM leaves scalar); the add
-allocating its 40 MB output, whose first touch costs a page fault per 4 KiB page (about
-9,800); a sum over 10M float32; and retorch's sum with its loop compiled without fastmath
-(additions in source order).
+retorch's TensorIterator and parallel Numba loop, whose row loop for add LLVM vectorises
+with 128-bit vectors), at 10M elements (120 MB moved, beyond the caches) and at 1M (12 MB,
+which the caches hold after the first call); at both sizes the same parallel loop with its
+rows in scalar blocks of 16 elements instead (one compiled loop for every op, which LLVM
+leaves scalar); the add allocating its 40 MB output, whose first touch costs a page fault
+per 4 KiB page (about 9,800); a sum over 10M float32; and retorch's sum with its loop
+compiled without fastmath (additions in source order); last, at 10M on one thread
+(torch's pool set to 1 thread, retorch's add loop compiled serial), so that one core's loop,
+not the machine's memory, sets the speed: that loop with its vectors capped at 128 bits
+(retorch's), 256 and 512.
 All move memory and do almost no arithmetic, so beyond the caches the ceiling is the
 machine's memory bandwidth: the copy_ bars measure it (as many floats, each byte read and
 written once). GB/s count what an op must read plus write (add: 12 bytes per element, sum: 4).
@@ -68,9 +70,11 @@ def _strict_sum_loop():
 
 
 def _width_add_loop(bits: int):
-    """retorch's ``binary_loop`` compiled again with its streaming loops capped at ``bits``-bit
-    vectors in place of ``STREAM_VECTOR_BITS``, called on 1-d contiguous operands as
-    ``rt.add`` calls it for them."""
+    """retorch's ``binary_loop`` compiled again, serial (its ``prange`` runs as ``range`` on the
+    calling thread, as in the serial twin retorch uses for small tensors), with its row loops
+    capped at ``bits``-bit vectors, called on 1-d contiguous operands as ``rt.add`` calls it
+    for them. (Numba's own ``set_num_threads`` is not used: on this machine torch and Numba's
+    OpenMP layer then stalled each other's calls for milliseconds.)"""
     import types as pytypes
 
     from numba import njit
@@ -79,7 +83,7 @@ def _width_add_loop(bits: int):
 
     py = cpu_kernels.binary_loop.py_func
     names = dict(vars(cpu_kernels), stream_width=cpu_kernels.vector_width(bits))
-    loop = njit(parallel=True, error_model="numpy")(
+    loop = njit(error_model="numpy")(
         pytypes.FunctionType(py.__code__, names, f"binary_loop_{bits}")
     )
 
@@ -123,7 +127,7 @@ def run(quick: bool = False) -> dict:
     ra, rb, rout = (rt.from_numpy(t.numpy()) for t in (a, b, out))
     strict_sum, x, zero = _strict_sum_loop(), a.numpy(), np.float32(0)
     blocks_add, arrays = _blocks_add_loop(), (out.numpy(), a.numpy(), b.numpy())
-    add_256, add_512 = _width_add_loop(256), _width_add_loop(512)
+    add_128, add_256, add_512 = (_width_add_loop(bits) for bits in (128, 256, 512))
     m = n // 10  # the in-cache size: 12 MB moved per add
     sa, sb, sout, sdst = a[:m], b[:m], out[:m], dst[:m]
     rsa, rsb, rsout = (rt.from_numpy(t.numpy()) for t in (sa, sb, sout))
@@ -131,15 +135,10 @@ def run(quick: bool = False) -> dict:
     label, small_label = f"{n / 1e6:g}M float32", f"{m / 1e6:g}M float32 (in cache)"
     copy = lambda: dst.copy_(a)  # noqa: E731
     small_copy = lambda: sdst.copy_(sa)  # noqa: E731
-    cases = {  # case: (elements, bytes the op must move per element, {implementation: function})
+    # case: (elements, bytes the op must move per element, {implementation: function}[, threads])
+    cases = {
         f"add(out=), {label}": (n, 12, {"torch": lambda: torch.add(a, b, out=out),
                                         "retorch": lambda: rt.add(ra, rb, out=rout)}),
-        f"add(out=), {label}, retorch at 256-bit vectors": (n, 12, {
-            "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: add_256(*arrays)}),
-        f"add(out=), {label}, retorch at 512-bit vectors": (n, 12, {
-            "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: add_512(*arrays)}),
         f"add(out=), {label}, retorch in scalar blocks": (n, 12, {
             "torch": lambda: torch.add(a, b, out=out),
             "retorch": lambda: blocks_add(*arrays)}),
@@ -153,9 +152,20 @@ def run(quick: bool = False) -> dict:
         f"sum, {label}": (n, 4, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),
         f"sum, {label}, retorch without fastmath": (
             n, 4, {"torch": lambda: a.sum(), "retorch": lambda: strict_sum(x, zero)}),
+        f"add(out=), {label}, one thread, retorch at 128-bit vectors": (n, 12, {
+            "torch": lambda: torch.add(a, b, out=out),
+            "retorch": lambda: add_128(*arrays)}, 1),
+        f"add(out=), {label}, one thread, retorch at 256-bit vectors": (n, 12, {
+            "torch": lambda: torch.add(a, b, out=out),
+            "retorch": lambda: add_256(*arrays)}, 1),
+        f"add(out=), {label}, one thread, retorch at 512-bit vectors": (n, 12, {
+            "torch": lambda: torch.add(a, b, out=out),
+            "retorch": lambda: add_512(*arrays)}, 1),
     }  # fmt: skip
-    rows = []
-    for case, (count, per_element, impls) in cases.items():
+    rows, threads = [], torch.get_num_threads()
+    for case, (count, per_element, impls, *one) in cases.items():
+        if one:  # the one-thread cases come last: torch on 1 thread, retorch's loop serial
+            torch.set_num_threads(1)
         ceiling = "bandwidth ceiling (copy_)"
         impls = dict(impls, **{ceiling: copy if count == n else small_copy})
         for fn in impls.values():  # warm up: Numba compilation or cache load, first touch
@@ -169,6 +179,7 @@ def run(quick: bool = False) -> dict:
         for name, ms in samples.items():
             moved = count * (8 if name == ceiling else per_element)  # copy_: read + write
             rows.append({"case": case, "impl": name, "value": moved / statistics.median(ms) / 1e6})
+    torch.set_num_threads(threads)
     return {
         "name": "tensor",
         "title": "Memory-bound kernels on CPU (GB/s, higher is better)",
