@@ -233,8 +233,11 @@ def bench_summary(name: str):
     return Markdown("\n".join(lines))
 
 
-def plot_bench(name: str, ax=None, log: bool | None = None):
-    """Bar chart of a stored benchmark: one group per case, one bar per implementation."""
+def plot_bench(name: str, ax=None, log: bool | None = None, horizontal: bool = False):
+    """Bar chart of a stored benchmark: one group per case, one bar per implementation.
+
+    ``horizontal`` lays the groups out top to bottom, each case named on one line at its
+    left: for many cases with long names."""
     import matplotlib.pyplot as plt
 
     data = load_bench(name)
@@ -244,15 +247,22 @@ def plot_bench(name: str, ax=None, log: bool | None = None):
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.6))
     width = 0.8 / len(impls)
+    bars = ax.barh if horizontal else ax.bar
     for j, impl in enumerate(impls):
         xs = [i + j * width for i, c in enumerate(cases) if (c, impl) in value]
         ys = [value[(c, impl)] for c in cases if (c, impl) in value]
-        ax.bar(xs, ys, width, label=impl)
-    labels = [textwrap.fill(c, 11) for c in cases]  # long case names on several lines
-    ax.set_xticks([i + width * (len(impls) - 1) / 2 for i in range(len(cases))], labels, fontsize=8)
-    ax.set_ylabel(data["unit"])
+        bars(xs, ys, width, label=impl)
+    ticks = [i + width * (len(impls) - 1) / 2 for i in range(len(cases))]
+    if horizontal:
+        ax.set_yticks(ticks, cases, fontsize=10)
+        ax.invert_yaxis()  # the first case on top
+        ax.set_xlabel(data["unit"])
+    else:
+        labels = [textwrap.fill(c, 11) for c in cases]  # long case names on several lines
+        ax.set_xticks(ticks, labels, fontsize=8)
+        ax.set_ylabel(data["unit"])
     if data.get("log", True) if log is None else log:
-        ax.set_yscale("log")
+        (ax.set_xscale if horizontal else ax.set_yscale)("log")
     ax.set_title(
         f"{data['title']}\n{data['machine']}, measured at commit {data.get('commit', '?')}",
         fontsize=10,
