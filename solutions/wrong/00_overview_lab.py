@@ -187,6 +187,24 @@ return keys.highestPriorityTypeId().name
 """,
         ),
         (
+            "key-set arithmetic, but returns str() of the key, not its name",
+            """
+keys = functools.reduce(operator.or_, [torch._C._dispatch_keys(t) for t in tensors])
+keys = (keys | torch._C._dispatch_tls_local_include_set()) - (
+    torch._C._dispatch_tls_local_exclude_set())
+return str(keys.highestPriorityTypeId())
+""",
+        ),
+        (
+            "key-set arithmetic, but subtracts the exclude set from each tensor's keys only",
+            """
+excluded = torch._C._dispatch_tls_local_exclude_set()
+keys = functools.reduce(operator.or_, [torch._C._dispatch_keys(t) - excluded for t in tensors])
+keys = keys | torch._C._dispatch_tls_local_include_set()
+return keys.highestPriorityTypeId().name
+""",
+        ),
+        (
             "key-set arithmetic on the tensors' keys only (the thread's sets left out)",
             """
 keys = functools.reduce(operator.or_, [torch._C._dispatch_keys(t) for t in tensors])
