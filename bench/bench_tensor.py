@@ -10,7 +10,7 @@ per 4 KiB page (about 9,800); a sum over 10M float32; and retorch's sum with its
 compiled without fastmath (additions in source order); last, at 10M on one thread
 (torch's pool set to 1 thread, retorch's add loop compiled serial), so that one core's loop,
 not the machine's memory, sets the speed: that loop with its vectors capped at 128 bits
-(retorch's), 256 and 512.
+(retorch's), 256 and 512; and the same three at 1M, in cache.
 All move memory and do almost no arithmetic, so beyond the caches the ceiling is the
 machine's memory bandwidth: the copy_ bars measure it (as many floats, each byte read and
 written once). GB/s count what an op must read plus write (add: 12 bytes per element, sum: 4).
@@ -161,6 +161,15 @@ def run(quick: bool = False) -> dict:
         f"add(out=), {label}, one thread, retorch at 512-bit vectors": (n, 12, {
             "torch": lambda: torch.add(a, b, out=out),
             "retorch": lambda: add_512(*arrays)}, 1),
+        f"add(out=), {small_label}, one thread, retorch at 128-bit vectors": (m, 12, {
+            "torch": lambda: torch.add(sa, sb, out=sout),
+            "retorch": lambda: add_128(*small)}, 1),
+        f"add(out=), {small_label}, one thread, retorch at 256-bit vectors": (m, 12, {
+            "torch": lambda: torch.add(sa, sb, out=sout),
+            "retorch": lambda: add_256(*small)}, 1),
+        f"add(out=), {small_label}, one thread, retorch at 512-bit vectors": (m, 12, {
+            "torch": lambda: torch.add(sa, sb, out=sout),
+            "retorch": lambda: add_512(*small)}, 1),
     }  # fmt: skip
     rows, threads = [], torch.get_num_threads()
     for case, (count, per_element, impls, *one) in cases.items():
