@@ -127,7 +127,7 @@ def run(quick: bool = False) -> dict:
     ra, rb, rout = (rt.from_numpy(t.numpy()) for t in (a, b, out))
     strict_sum, x, zero = _strict_sum_loop(), a.numpy(), np.float32(0)
     blocks_add, arrays = _blocks_add_loop(), (out.numpy(), a.numpy(), b.numpy())
-    add_128, add_256, add_512 = (_width_add_loop(bits) for bits in (128, 256, 512))
+    width_adds = {bits: _width_add_loop(bits) for bits in (128, 256, 512)}
     m = n // 10  # the in-cache size: 12 MB moved per add
     sa, sb, sout, sdst = a[:m], b[:m], out[:m], dst[:m]
     rsa, rsb, rsout = (rt.from_numpy(t.numpy()) for t in (sa, sb, sout))
@@ -152,25 +152,16 @@ def run(quick: bool = False) -> dict:
         f"sum, {label}": (n, 4, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),
         f"sum, {label}, retorch without fastmath": (
             n, 4, {"torch": lambda: a.sum(), "retorch": lambda: strict_sum(x, zero)}),
-        f"add(out=), {label}, one thread, retorch at 128-bit vectors": (n, 12, {
-            "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: add_128(*arrays)}, 1),
-        f"add(out=), {label}, one thread, retorch at 256-bit vectors": (n, 12, {
-            "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: add_256(*arrays)}, 1),
-        f"add(out=), {label}, one thread, retorch at 512-bit vectors": (n, 12, {
-            "torch": lambda: torch.add(a, b, out=out),
-            "retorch": lambda: add_512(*arrays)}, 1),
-        f"add(out=), {small_label}, one thread, retorch at 128-bit vectors": (m, 12, {
-            "torch": lambda: torch.add(sa, sb, out=sout),
-            "retorch": lambda: add_128(*small)}, 1),
-        f"add(out=), {small_label}, one thread, retorch at 256-bit vectors": (m, 12, {
-            "torch": lambda: torch.add(sa, sb, out=sout),
-            "retorch": lambda: add_256(*small)}, 1),
-        f"add(out=), {small_label}, one thread, retorch at 512-bit vectors": (m, 12, {
-            "torch": lambda: torch.add(sa, sb, out=sout),
-            "retorch": lambda: add_512(*small)}, 1),
     }  # fmt: skip
+    torch_adds = {n: lambda: torch.add(a, b, out=out), m: lambda: torch.add(sa, sb, out=sout)}
+    for where, count, operands in [(label, n, arrays), (small_label, m, small)]:
+        for bits, loop in width_adds.items():
+            cases[f"add(out=), {where}, one thread, retorch at {bits}-bit vectors"] = (
+                count,
+                12,
+                {"torch": torch_adds[count], "retorch": lambda loop=loop, ops=operands: loop(*ops)},
+                1,
+            )
     rows, threads = [], torch.get_num_threads()
     for case, (count, per_element, impls, *one) in cases.items():
         if one:  # the one-thread cases come last: torch on 1 thread, retorch's loop serial
