@@ -3,6 +3,22 @@
 Run: ``.venv/bin/python tools/check_wrong_answers.py 01_nn_module_lab``.
 """
 
+_APPLY = """
+for child in module.children():
+    apply_(child, fn)
+for param in module._parameters.values():
+    if param is None:
+        continue
+    with torch.no_grad():
+        param.data = fn(param)
+        if param.grad is not None:
+            param.grad.data = fn(param.grad)
+for name, buf in module._buffers.items():
+    if buf is not None:
+        module._buffers[name] = fn(buf)
+return module
+"""  # lab 1's solution to exercise 5, which some wrong answers below change in one place
+
 WRONG = {
     "ex1_setattr": [
         (
@@ -755,47 +771,10 @@ return out
     "ex5_apply": [
         (
             "walks _modules itself: a child registered twice under one parent is visited twice",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    if param is None:
-        continue
-    with torch.no_grad():
-        param.data = fn(param)
-        if param.grad is not None:
-            param.grad.data = fn(param.grad)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
-""",
-        ),
-        (
-            "de-duplicates across the whole tree (a shared module visited under one parent only)",
-            """
-seen = set()
-
-def walk(m):
-    for child in m._modules.values():
-        if child is not None and id(child) not in seen:
-            seen.add(id(child))
-            walk(child)
-    for param in m._parameters.values():
-        if param is None:
-            continue
-        with torch.no_grad():
-            param.data = fn(param)
-            if param.grad is not None:
-                param.grad.data = fn(param.grad)
-    for name, buf in m._buffers.items():
-        if buf is not None:
-            m._buffers[name] = fn(buf)
-
-walk(module)
-return module
-""",
+            _APPLY.replace(
+                "for child in module.children():\n",
+                "for child in (c for c in module._modules.values() if c is not None):\n",
+            ),
         ),
         (
             "makes a new Parameter (the old object, an optimizer's, is left behind)",
