@@ -3,21 +3,23 @@
 Run: ``.venv/bin/python tools/check_wrong_answers.py 01_nn_module_lab``.
 """
 
-_APPLY = """
-for child in module.children():
+# Lab 1's solution to exercise 5 in its three parts; most wrong answers change one place.
+_CHILDREN = """for child in module.children():
     apply_(child, fn)
-for param in module._parameters.values():
+"""
+_PARAMS = """for param in module._parameters.values():
     if param is None:
         continue
     with torch.no_grad():
         param.data = fn(param)
         if param.grad is not None:
             param.grad.data = fn(param.grad)
-for name, buf in module._buffers.items():
+"""
+_BUFFERS = """for name, buf in module._buffers.items():
     if buf is not None:
         module._buffers[name] = fn(buf)
-return module
-"""  # lab 1's solution to exercise 5, which some wrong answers below change in one place
+"""
+_APPLY = "\n" + _CHILDREN + _PARAMS + _BUFFERS + "return module\n"
 
 WRONG = {
     "ex1_setattr": [
@@ -778,156 +780,56 @@ return out
         ),
         (
             "makes a new Parameter (the old object, an optimizer's, is left behind)",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for name, param in module._parameters.items():
+            _APPLY.replace(
+                _PARAMS,
+                """for name, param in module._parameters.items():
     if param is not None:
         with torch.no_grad():
             new = nn.Parameter(fn(param), param.requires_grad)
             if param.grad is not None:
                 new.grad = fn(param.grad)
         module._parameters[name] = new
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
 """,
+            ),
         ),
         (
             "stores the converted plain tensor in _parameters",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for name, param in module._parameters.items():
+            _APPLY.replace(
+                _PARAMS,
+                """for name, param in module._parameters.items():
     if param is not None:
         with torch.no_grad():
             module._parameters[name] = fn(param)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
 """,
+            ),
         ),
         (
             "forgets the gradients",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    if param is not None:
-        with torch.no_grad():
-            param.data = fn(param)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
-""",
+            _APPLY.replace(
+                "        if param.grad is not None:\n            param.grad.data = fn(param.grad)\n",
+                "",
+            ),
         ),
-        (
-            "forgets the buffers",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    if param is not None:
-        with torch.no_grad():
-            param.data = fn(param)
-            if param.grad is not None:
-                param.grad.data = fn(param.grad)
-return module
-""",
-        ),
+        ("forgets the buffers", _APPLY.replace(_BUFFERS, "")),
         (
             "converts the module itself before its children",
-            """
-for param in module._parameters.values():
-    if param is not None:
-        with torch.no_grad():
-            param.data = fn(param)
-            if param.grad is not None:
-                param.grad.data = fn(param.grad)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-return module
-""",
+            "\n" + _PARAMS + _BUFFERS + _CHILDREN + "return module\n",
         ),
-        (
-            "does not recurse into the children",
-            """
-for param in module._parameters.values():
-    if param is not None:
-        with torch.no_grad():
-            param.data = fn(param)
-            if param.grad is not None:
-                param.grad.data = fn(param.grad)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
-""",
-        ),
+        ("does not recurse into the children", _APPLY.replace(_CHILDREN, "")),
         (
             "does not skip a None buffer (fn(None))",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    if param is None:
-        continue
-    with torch.no_grad():
-        param.data = fn(param)
-        if param.grad is not None:
-            param.grad.data = fn(param.grad)
-for name, buf in module._buffers.items():
-    module._buffers[name] = fn(buf)
-return module
-""",
+            _APPLY.replace(
+                "    if buf is not None:\n        module._buffers[name] = fn(buf)\n",
+                "    module._buffers[name] = fn(buf)\n",
+            ),
         ),
         (
             "does not skip a None parameter (bias=False)",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    with torch.no_grad():
-        param.data = fn(param)
-        if param.grad is not None:
-            param.grad.data = fn(param.grad)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
-""",
+            _APPLY.replace("    if param is None:\n        continue\n", ""),
         ),
         (
             "replaces the .grad by a new tensor instead of filling the existing one",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    if param is None:
-        continue
-    with torch.no_grad():
-        param.data = fn(param)
-        if param.grad is not None:
-            param.grad = fn(param.grad)
-for name, buf in module._buffers.items():
-    if buf is not None:
-        module._buffers[name] = fn(buf)
-return module
-""",
+            _APPLY.replace("param.grad.data = fn(param.grad)", "param.grad = fn(param.grad)"),
         ),
         (
             "visits a shared module only once",
@@ -981,22 +883,10 @@ return module
         ),
         (
             "converts each buffer in place with .data instead of replacing it",
-            """
-for child in module._modules.values():
-    if child is not None:
-        apply_(child, fn)
-for param in module._parameters.values():
-    if param is None:
-        continue
-    with torch.no_grad():
-        param.data = fn(param)
-        if param.grad is not None:
-            param.grad.data = fn(param.grad)
-for buf in module._buffers.values():
-    if buf is not None:
-        buf.data = fn(buf)
-return module
-""",
+            _APPLY.replace(
+                _BUFFERS,
+                "for buf in module._buffers.values():\n    if buf is not None:\n        buf.data = fn(buf)\n",
+            ),
         ),
     ],
 }
