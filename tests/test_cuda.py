@@ -68,3 +68,34 @@ def test_check_ptx_compiles_every_registered_kernel():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "retorch.overview.kernels.add_kernel: sm_75" in result.stdout
     assert ", 0 failures" in result.stdout
+
+
+SPILL = """
+import retorch.cuda as rc
+from retorch.tensor import cuda_kernels as K
+from tools.check_ptx import resources
+
+(spec,) = [s for s in rc.KERNELS if s.pyfunc is K.mm_regtile_kernel.py_func]
+spec = rc.KernelSpec(spec.pyfunc, spec.signatures[:1])  # float32: 64 sums, 16 operands live
+# 80 registers a thread (three blocks of 256 threads on an SM would need <= 85): it must spill
+for cap in (None, 80):
+    (used,) = resources(spec, (9, 0), max_registers=cap)
+    print(used["registers"], used["stack_bytes"], used["spilled_bytes"])
+"""
+
+
+@pytest.mark.slow
+def test_resources_report_registers_and_spills():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SPILL)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = result.stdout.split("\n")
+    roomy, tight = (tuple(map(int, line.split())) for line in lines[:2])
+    assert roomy[0] > 80 and roomy[1:] == (0, 0), result.stdout + result.stderr
+    assert tight[0] <= 80 and tight[1] > 0 and tight[2] > 0, result.stdout + result.stderr

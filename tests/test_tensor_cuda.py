@@ -305,3 +305,25 @@ def test_cuda_offsets_equal_cpu_on_random_layouts(data):
     np.testing.assert_array_equal(gpu.cpu().numpy(), cpu.numpy())
     assert gpu.stride() == cpu.stride()
     np.testing.assert_array_equal(view.cuda().contiguous().cpu().numpy(), view.numpy())
+
+
+def test_register_tiled_shared_memory_accesses_are_conflict_free():
+    """Every warp's reads and writes of ``sa`` and ``sb`` in ``mm_regtile_kernel`` take one
+    pass of shared memory (float32), and the layouts the kernel avoids would not."""
+    K = cuda_kernels
+    wf = K.wavefronts
+    warps = [range(w * 32, w * 32 + 32) for w in range(K.MM_THREADS // 32)]
+    for lanes in warps:
+        for q in range(K.LOADS):  # the stores of the fetched tiles
+            rs = [t + q * K.MM_THREADS for t in lanes]
+            assert wf([(r % K.BK) * K.SA_ROW + r // K.BK for r in rs]) == 1
+            assert wf([(r // K.BN) * K.BN + r % K.BN for r in rs]) == 1
+            assert wf([(r % K.BK) * K.BM + r // K.BK for r in rs]) == 8  # rows not padded
+        ti = [t // K.COL_STRIDE for t in lanes]
+        tj = [t % K.COL_STRIDE for t in lanes]
+        for u in range(K.TM):
+            assert wf([K.SA_ROW + i * K.TM + u for i in ti]) == 1  # (at kk = 1)
+        for v in range(K.TN):
+            assert wf([K.BN + j + v * K.COL_STRIDE for j in tj]) == 1
+            assert wf([K.BN + j * K.TN + v for j in tj]) == 4  # columns side by side
+    assert wf([0] * 32) == 1 and wf(range(0, 1024, 32)) == 32

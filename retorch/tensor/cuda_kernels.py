@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda
+from numba import cuda, uint64
 
 from .. import cuda as rcuda
 from . import scalar_ops as S
@@ -337,6 +337,47 @@ def mm_tiled_kernel(a, b, c, zero):
 #: Register tiling: a block computes a BM x BN tile of ``c`` in steps of BK along ``k``;
 #: each of its (BM // TM) * (BN // TN) = 256 threads keeps a TM x TN piece in registers.
 BM, BN, BK, TM, TN = 128, 128, 8, 8, 8
+MM_THREADS = (BM // TM) * (BN // TN)
+#: A thread's TN columns are COL_STRIDE apart (``tj, tj + 16, ..``), so that the 16 threads
+#: of a half-warp read 16 neighbouring numbers of ``sb``: 16 different banks.
+COL_STRIDE = BN // TN
+#: The rows of ``sa`` are padded by 4 numbers: a thread writes a column of it, and with rows
+#: of 128 numbers (a multiple of the 32 banks) all 8 numbers of a column share one bank.
+SA_ROW = BM + 4
+#: Shared memory's banks: 32-bit word ``w`` is in bank ``w % BANKS``.
+BANKS = 32
+
+
+def wavefronts(words) -> int:
+    """How many passes shared memory takes to serve one warp's access, given the 32-bit word
+    each lane reads or writes: each bank serves one word per pass, and lanes that read the
+    same word share it (a *broadcast*). 1 is conflict-free; n means an n-way bank conflict."""
+    per_bank: dict[int, int] = {}
+    for w in set(words):
+        per_bank[w % BANKS] = per_bank.get(w % BANKS, 0) + 1
+    return max(per_bank.values())
+
+
+#: Numbers of each tile that a thread loads (BM == BN: as many of ``a``'s tile as of ``b``'s).
+LOADS = BM * BK // MM_THREADS
+
+
+@rcuda.device_function(
+    *(f"void({t}[:, :, :], {t}[:, :, :], {t}[:], {t}[:], int64, int64, int64, int64, {t})"
+      for t in FLOATS)
+)  # fmt: skip
+def fetch_tiles(a, b, pa, pb, p, i0, j0, k, zero):
+    """Load this thread's share of the tiles of ``a`` and ``b`` at ``k`` into ``pa`` and ``pb``
+    (zero outside the matrices), coalesced: consecutive threads read consecutive ``k`` of a
+    row of ``a``, and consecutive ``j`` of a row of ``b``."""
+    tid = cuda.threadIdx.x
+    m, kdim, n = a.shape[1], a.shape[2], b.shape[2]
+    for q in range(LOADS):
+        r = tid + q * MM_THREADS
+        i, kk = i0 + r // BK, k + r % BK
+        pa[q] = a[p, uint64(i), uint64(kk)] if i < m and kk < kdim else zero
+        kk, j = k + r // BN, j0 + r % BN
+        pb[q] = b[p, uint64(kk), uint64(j)] if kk < kdim and j < n else zero
 
 
 @rcuda.kernel(*(f"void({t}[:, :, :], {t}[:, :, :], {t}[:, :, :], {t})" for t in FLOATS))
@@ -346,41 +387,46 @@ def mm_regtile_kernel(a, b, c, zero):
     one: per step of ``kk`` it reads TM numbers of ``a`` and TN of ``b`` from shared memory
     and does TM * TN multiply-adds on them, held in registers (``cuda.local.array`` with
     constant indices after unrolling). ``a``'s tile is stored transposed, so the TM numbers a
-    thread reads are consecutive. Launch with 256 threads and one block per BM x BN tile."""
-    sa = cuda.shared.array((BK, BM), dtype=a.dtype)  # sa[kk, i] = a[p, i0 + i, k + kk]
+    thread reads are consecutive. While it computes on one tile, each thread has already
+    issued its loads of the next one (``pa``, ``pb``): their latency hides behind the
+    arithmetic. Indices are cast to ``uint64``: Numba wraps a negative index around (as
+    Python's ``x[-1]``), with a compare and a select on every access, unless the index is
+    unsigned. Launch with MM_THREADS threads and one block per BM x BN tile."""
+    sa = cuda.shared.array((BK, SA_ROW), dtype=a.dtype)  # sa[kk, i] = a[p, i0 + i, k + kk]
     # (each shared array on its own line: the simulator aliases two made on one line)
     sb = cuda.shared.array((BK, BN), dtype=a.dtype)  # sb[kk, j] = b[p, k + kk, j0 + j]
     acc = cuda.local.array((TM, TN), dtype=a.dtype)
     ra = cuda.local.array(TM, dtype=a.dtype)
     rb = cuda.local.array(TN, dtype=a.dtype)
+    pa = cuda.local.array(LOADS, dtype=a.dtype)  # this thread's share of the next tiles
+    pb = cuda.local.array(LOADS, dtype=a.dtype)
     tid = cuda.threadIdx.x
-    ti, tj = tid // (BN // TN), tid % (BN // TN)  # this thread's piece of the tile
+    ti, tj = tid // COL_STRIDE, tid % COL_STRIDE  # rows ti*TM + u, columns tj + v*COL_STRIDE
     i0, j0, p = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN, cuda.blockIdx.z
     m, n, kdim = c.shape[1], c.shape[2], a.shape[2]
     for u in range(TM):
         for v in range(TN):
             acc[u, v] = zero
+    fetch_tiles(a, b, pa, pb, p, i0, j0, 0, zero)
     for k in range(0, kdim, BK):
-        for r in range(tid, BM * BK, 256):  # 4 loads of each tile per thread, coalesced:
-            i, kk = r // BK, r % BK  # consecutive threads read consecutive k of a row of a
-            ok = i0 + i < m and k + kk < kdim
-            sa[kk, i] = a[p, i0 + i, k + kk] if ok else zero
-            kk2, j = r // BN, r % BN  # ... and consecutive j of a row of b
-            ok = k + kk2 < kdim and j0 + j < n
-            sb[kk2, j] = b[p, k + kk2, j0 + j] if ok else zero
+        for q in range(LOADS):  # the fetched tiles into shared memory
+            r = tid + q * MM_THREADS
+            sa[uint64(r % BK), uint64(r // BK)] = pa[q]
+            sb[uint64(r // BN), uint64(r % BN)] = pb[q]
         cuda.syncthreads()
+        fetch_tiles(a, b, pa, pb, p, i0, j0, k + BK, zero)  # in flight during the arithmetic
         for kk in range(BK):
             for u in range(TM):
-                ra[u] = sa[kk, ti * TM + u]
+                ra[u] = sa[uint64(kk), uint64(ti * TM + u)]
             for v in range(TN):
-                rb[v] = sb[kk, tj * TN + v]
+                rb[v] = sb[uint64(kk), uint64(tj + v * COL_STRIDE)]
             for u in range(TM):
                 for v in range(TN):
                     acc[u, v] += ra[u] * rb[v]
         cuda.syncthreads()
     for u in range(TM):
         for v in range(TN):
-            i, j = i0 + ti * TM + u, j0 + tj * TN + v
+            i, j = i0 + ti * TM + u, j0 + tj + v * COL_STRIDE
             if i < m and j < n:
                 c[p, i, j] = acc[u, v]
 
@@ -564,7 +610,7 @@ def bmm_cuda(a, b, out):
     n = b.shape[2]
     name = mm_kernel_for(m, n)
     if name == "regtile":
-        k_, grid, block = mm_regtile_kernel, (-(-n // BN), -(-m // BM)), 256
+        k_, grid, block = mm_regtile_kernel, (-(-n // BN), -(-m // BM)), MM_THREADS
     else:
         k_ = mm_tiled_kernel if name == "tiled" else mm_naive_kernel
         grid, block = ((m + TILE - 1) // TILE, (n + TILE - 1) // TILE), (TILE, TILE)
