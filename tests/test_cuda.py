@@ -35,10 +35,10 @@ else:
 """
 
 
-def _run(sim: str) -> str:
+def _run(sim: str, script: str = BAD) -> str:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM=sim)
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(BAD)],
+        [sys.executable, "-c", textwrap.dedent(script)],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -86,16 +86,7 @@ for cap in (None, 80):
 
 @pytest.mark.slow
 def test_resources_report_registers_and_spills():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SPILL)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = result.stdout.split("\n")
-    roomy, tight = (tuple(map(int, line.split())) for line in lines[:2])
-    assert roomy[0] > 80 and roomy[1:] == (0, 0), result.stdout + result.stderr
-    assert tight[0] <= 80 and tight[1] > 0 and tight[2] > 0, result.stdout + result.stderr
+    out = _run("0", SPILL)
+    roomy, tight = (tuple(map(int, line.split())) for line in out.split("\n")[:2])
+    assert roomy[0] > 80 and roomy[1:] == (0, 0), out
+    assert tight[0] <= 80 and tight[1] > 0 and tight[2] > 0, out
