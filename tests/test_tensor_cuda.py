@@ -327,3 +327,15 @@ def test_register_tiled_shared_memory_accesses_are_conflict_free():
             assert wf([K.BN + j + v * K.COL_STRIDE for j in tj]) == 1
             assert wf([K.BN + j * K.TN + v for j in tj]) == 4  # columns side by side
     assert wf([0] * 32) == 1 and wf(range(0, 1024, 32)) == 32
+
+
+def test_tiled_matmul_shared_memory_accesses_are_conflict_free():
+    """``mm_tiled_kernel``'s warp (threadIdx.x fastest: tx = t % TILE, ty = t // TILE) writes
+    ``sa[ty, tx]`` and ``sb[ty, tx]`` and reads ``sa[ty, kk]`` and ``sb[kk, tx]`` in one pass
+    each; with the row and column taken from the other index, three of them take 8."""
+    T, wf, lanes = cuda_kernels.TILE, cuda_kernels.wavefronts, range(32)
+    tx, ty = [t % T for t in lanes], [t // T for t in lanes]
+    assert wf([y * T + x for x, y in zip(tx, ty)]) == 1
+    for kk in range(T):
+        assert wf([y * T + kk for y in ty]) == 1 and wf([kk * T + x for x in tx]) == 1
+        assert wf([x * T + kk for x in tx]) == 8  # sa[tx, kk]: rows picked by tx

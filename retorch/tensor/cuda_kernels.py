@@ -296,7 +296,7 @@ def mm_naive_kernel(a, b, c, zero):
     global memory: every input element is loaded ``n`` (or ``m``) times. As in the two
     kernels below, ``a``, ``b`` and ``c`` are batches of matrices, and the grid's z index
     picks the one a block works on: a ``bmm`` is one launch."""
-    i, j = cuda.grid(2)
+    j, i = cuda.grid(2)  # x, which varies fastest within a warp, picks the column of c
     p = cuda.blockIdx.z
     if i < c.shape[1] and j < c.shape[2]:
         acc = zero
@@ -317,19 +317,19 @@ def mm_tiled_kernel(a, b, c, zero):
     # (each shared array on its own line: the simulator aliases two made on one line)
     sb = cuda.shared.array((TILE, TILE), dtype=a.dtype)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    i = cuda.blockIdx.x * TILE + tx
-    j = cuda.blockIdx.y * TILE + ty
+    i = cuda.blockIdx.y * TILE + ty  # this thread's row of c ...
+    j = cuda.blockIdx.x * TILE + tx  # ... and column: neighbouring threads, neighbouring j
     p = cuda.blockIdx.z  # which matrix of the batch
     m, n, kdim = c.shape[1], c.shape[2], a.shape[2]
     acc = zero
     for t in range((kdim + TILE - 1) // TILE):
         k = t * TILE
-        sa[tx, ty] = a[p, i, k + ty] if i < m and k + ty < kdim else 0
-        sb[tx, ty] = b[p, k + tx, j] if k + tx < kdim and j < n else 0
-        cuda.syncthreads()
+        sa[ty, tx] = a[p, i, k + tx] if i < m and k + tx < kdim else 0  # sa[r, kk] = a[i0+r, k+kk]
+        sb[ty, tx] = b[p, k + ty, j] if k + ty < kdim and j < n else 0  # sb[kk, q] = b[k+kk, j0+q]
+        cuda.syncthreads()  # the tiles are complete ...
         for kk in range(TILE):
-            acc += sa[tx, kk] * sb[kk, ty]
-        cuda.syncthreads()
+            acc += sa[ty, kk] * sb[kk, tx]
+        cuda.syncthreads()  # ... and everyone is done with them before the next overwrites
     if i < m and j < n:
         c[p, i, j] = acc
 
@@ -613,7 +613,7 @@ def bmm_cuda(a, b, out):
         k_, grid, block = mm_regtile_kernel, (-(-n // BN), -(-m // BM)), MM_THREADS
     else:
         k_ = mm_tiled_kernel if name == "tiled" else mm_naive_kernel
-        grid, block = ((m + TILE - 1) // TILE, (n + TILE - 1) // TILE), (TILE, TILE)
+        grid, block = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE), (TILE, TILE)
     zero = a.dtype.np.type(0)
     A = _flat(a).reshape(batch, m, k)
     B = _flat(b).reshape(batch, k, n)

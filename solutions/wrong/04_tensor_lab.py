@@ -85,20 +85,32 @@ return tuple(0 if k < lead or sizes[k - lead] == 1 else strides[k - lead]
 
 _TILED = """\
 tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-i = cuda.blockIdx.x * TILE + tx
-j = cuda.blockIdx.y * TILE + ty
+i = cuda.blockIdx.y * TILE + ty
+j = cuda.blockIdx.x * TILE + tx
 acc = np.float32(0)
 for t in range((a.shape[1] + TILE - 1) // TILE):
     k = t * TILE
-    sa[tx, ty] = a[i, k + ty] if i < a.shape[0] and k + ty < a.shape[1] else 0
-    sb[tx, ty] = b[k + tx, j] if k + tx < b.shape[0] and j < b.shape[1] else 0
+    sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx < a.shape[1] else 0
+    sb[ty, tx] = b[k + ty, j] if k + ty < b.shape[0] and j < b.shape[1] else 0
     cuda.syncthreads()
     for kk in range(TILE):
-        acc += sa[tx, kk] * sb[kk, ty]
+        acc += sa[ty, kk] * sb[kk, tx]
     cuda.syncthreads()
 if i < c.shape[0] and j < c.shape[1]:
     c[i, j] = acc
 """
+# The same kernel with the thread indices the other way round (rows from threadIdx.x): right
+# values, but a warp's threads touch different rows, so its accesses are not coalesced.
+_TILED_ROWS_FROM_X = (
+    _TILED.replace("i = cuda.blockIdx.y * TILE + ty", "i = cuda.blockIdx.y * TILE + tx")
+    .replace("j = cuda.blockIdx.x * TILE + tx", "j = cuda.blockIdx.x * TILE + ty")
+    .replace(
+        "sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx",
+        "sa[tx, ty] = a[i, k + ty] if i < a.shape[0] and k + ty",
+    )
+    .replace("sb[ty, tx] = b[k + ty, j] if k + ty", "sb[tx, ty] = b[k + tx, j] if k + tx")
+    .replace("acc += sa[ty, kk] * sb[kk, tx]", "acc += sa[tx, kk] * sb[kk, ty]")
+)
 
 _ROUND = """\
 if nbytes < 512:
@@ -424,7 +436,7 @@ return tuple(reversed(out))
         ),
         (
             "a's tile loaded transposed (row and column thread indices swapped)",
-            _TILED.replace("sa[tx, ty] = a[i, k + ty]", "sa[tx, ty] = a[i, k + tx]"),
+            _TILED.replace("sa[ty, tx] = a[i, k + tx]", "sa[ty, tx] = a[i, k + ty]"),
         ),
         (
             "no bounds check on the write: threads past the edge of c write too",
@@ -436,11 +448,11 @@ return tuple(reversed(out))
         (
             "out-of-range elements of both tiles left as garbage (1) instead of 0",
             _TILED.replace(
-                "if i < a.shape[0] and k + ty < a.shape[1] else 0",
-                "if i < a.shape[0] and k + ty < a.shape[1] else 1",
+                "if i < a.shape[0] and k + tx < a.shape[1] else 0",
+                "if i < a.shape[0] and k + tx < a.shape[1] else 1",
             ).replace(
-                "if k + tx < b.shape[0] and j < b.shape[1] else 0",
-                "if k + tx < b.shape[0] and j < b.shape[1] else 1",
+                "if k + ty < b.shape[0] and j < b.shape[1] else 0",
+                "if k + ty < b.shape[0] and j < b.shape[1] else 1",
             ),
         ),
         (
@@ -450,8 +462,8 @@ return tuple(reversed(out))
         (
             "no syncthreads after accumulating: the next tile overwrites one still being read",
             _TILED.replace(
-                "        acc += sa[tx, kk] * sb[kk, ty]\n    cuda.syncthreads()\n",
-                "        acc += sa[tx, kk] * sb[kk, ty]\n",
+                "        acc += sa[ty, kk] * sb[kk, tx]\n    cuda.syncthreads()\n",
+                "        acc += sa[ty, kk] * sb[kk, tx]\n",
             ),
         ),
         (
@@ -462,10 +474,10 @@ return tuple(reversed(out))
             ),
         ),
         (
-            "rows taken from blockIdx.y and columns from blockIdx.x",
+            "rows taken from blockIdx.x and columns from blockIdx.y",
             _TILED.replace(
-                "i = cuda.blockIdx.x * TILE + tx\nj = cuda.blockIdx.y * TILE + ty",
-                "i = cuda.blockIdx.y * TILE + tx\nj = cuda.blockIdx.x * TILE + ty",
+                "i = cuda.blockIdx.y * TILE + ty\nj = cuda.blockIdx.x * TILE + tx",
+                "i = cuda.blockIdx.x * TILE + ty\nj = cuda.blockIdx.y * TILE + tx",
             ),
         ),
         (
@@ -478,6 +490,31 @@ return tuple(reversed(out))
             "the write's bounds check with c's dims swapped",
             _TILED.replace(
                 "if i < c.shape[0] and j < c.shape[1]:", "if i < c.shape[1] and j < c.shape[0]:"
+            ),
+        ),
+        (
+            "rows from threadIdx.x and columns from threadIdx.y throughout (right values, but a "
+            "warp's threads read and write different rows: not coalesced)",
+            _TILED_ROWS_FROM_X,
+        ),
+        (
+            "a's tile loaded by threads the other way round: sa[tx, ty] = a[row0 + tx, k + ty] "
+            "(the same tile, but a warp reads 8 rows of a)",
+            _TILED.replace(
+                "sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx < a.shape[1] else 0",
+                "r = cuda.blockIdx.y * TILE + tx\n"
+                "    sa[tx, ty] = a[r, k + ty] if r < a.shape[0] and k + ty < a.shape[1] else 0",
+            ),
+        ),
+        (
+            "the product written by threads the other way round: c[row0 + tx, col0 + ty] from "
+            "sums over sa[tx, kk] * sb[kk, ty] (right values, writes not coalesced)",
+            _TILED.replace(
+                "acc += sa[ty, kk] * sb[kk, tx]", "acc += sa[tx, kk] * sb[kk, ty]"
+            ).replace(
+                "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc",
+                "r, q = i - ty + tx, j - tx + ty\n"
+                "if r < c.shape[0] and q < c.shape[1]:\n    c[r, q] = acc",
             ),
         ),
     ],
