@@ -116,3 +116,31 @@ def test_gpu_timing_blocks_follow_an_untimed_call(monkeypatch):
     turn = ["a", "sync", "record", "a", "a", "a", "record"]
     assert log[2:] == (turn + [x.replace("a", "b") for x in turn]) * 2
     assert samples == {"a": [4 / 3, 4 / 3], "b": [4 / 3, 4 / 3]}
+
+
+def test_gpu_matmul_variant_stands_in_for_the_register_tiled_kernel():
+    """The GPU section's capped variant runs through bmm in place of mm_regtile_kernel (here
+    under the simulator, on a product that needs two 128 x 128 tiles), and the defaults come
+    back afterwards."""
+    import numpy as np
+
+    import retorch.tensor as rt
+    from bench import bench_matmul
+    from retorch.tensor import cuda_kernels
+
+    launched = []
+    real = cuda_kernels.mm_regtile_kernel
+    capped = bench_matmul.capped_regtile(128)
+
+    class Counted:
+        def __getitem__(self, config):
+            launched.append(config)
+            return capped[config]
+
+    gen = np.random.default_rng(0)
+    x, y = gen.standard_normal((9, 13)), gen.standard_normal((13, 130))
+    got = bench_matmul.mm_with("regtile", rt.tensor(x, device="cuda"), rt.tensor(y, device="cuda"),
+                               Counted())  # fmt: skip
+    np.testing.assert_allclose(got.cpu().numpy(), x @ y, rtol=1e-12, atol=1e-12)
+    assert len(launched) == 1 and launched[0][0] == (2, 1, 1)
+    assert cuda_kernels.mm_regtile_kernel is real and cuda_kernels.MM_KERNEL["name"] == "auto"
