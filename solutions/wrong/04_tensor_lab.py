@@ -112,6 +112,23 @@ _TILED_ROWS_FROM_X = (
     .replace("acc += sa[ty, kk] * sb[kk, tx]", "acc += sa[tx, kk] * sb[kk, ty]")
 )
 
+
+def _r(*pairs):
+    """The solution of exercise 5 with each (old, new) replacement made (old must be there)."""
+    s = _TILED
+    for old, new in pairs:
+        assert old in s, old
+        s = s.replace(old, new)
+    return s
+
+
+_LOAD_A = "sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx < a.shape[1] else 0"
+_LOAD_B = "sb[ty, tx] = b[k + ty, j] if k + ty < b.shape[0] and j < b.shape[1] else 0"
+_ACC = "acc += sa[ty, kk] * sb[kk, tx]"
+_NTILES = "range((a.shape[1] + TILE - 1) // TILE)"
+_STORE = "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc"
+_SYNC1 = "    cuda.syncthreads()\n    for kk"
+
 _ROUND = """\
 if nbytes < 512:
     return 512
@@ -515,6 +532,135 @@ return tuple(reversed(out))
                 "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc",
                 "r, q = i - ty + tx, j - tx + ty\n"
                 "if r < c.shape[0] and q < c.shape[1]:\n    c[r, q] = acc",
+            ),
+        ),
+        # more, found by a reviewer writing what a student would
+        ("loops over TILE tiles instead of ceil(K / TILE)", _r((_NTILES, "range(TILE)"))),
+        (
+            "a's zero-fill column bound off by one (<=)",
+            _r(("k + tx < a.shape[1]", "k + tx <= a.shape[1]")),
+        ),
+        (
+            "a's zero-fill tests only the column, not the row",
+            _r(("if i < a.shape[0] and k + tx", "if k + tx")),
+        ),
+        (
+            "b's zero-fill compares the row with N (b.shape[1]) instead of K",
+            _r(("k + ty < b.shape[0]", "k + ty < b.shape[1]")),
+        ),
+        (
+            "zero-fill conditions joined with or",
+            _r((" and k + tx <", " or k + tx <"), ("b.shape[0] and j", "b.shape[0] or j")),
+        ),
+        ("sb read as sb[tx, kk]", _r((_ACC, "acc += sa[ty, kk] * sb[tx, kk]"))),
+        (
+            "sa and sb indices mixed up: sa[kk, tx] * sb[ty, kk]",
+            _r((_ACC, "acc += sa[kk, tx] * sb[ty, kk]")),
+        ),
+        (
+            "sb stored transposed in shared memory, read consistently (sb[tx, ty], sb[tx, kk])",
+            _r(
+                ("sb[ty, tx] = b[k + ty, j]", "sb[tx, ty] = b[k + ty, j]"),
+                (_ACC, "acc += sa[ty, kk] * sb[tx, kk]"),
+            ),
+        ),
+        (
+            "sa stored transposed in shared memory, read consistently (sa[tx, ty], sa[kk, ty])",
+            _r(
+                ("sa[ty, tx] = a[i, k + tx]", "sa[tx, ty] = a[i, k + tx]"),
+                (_ACC, "acc += sa[kk, ty] * sb[kk, tx]"),
+            ),
+        ),
+        (
+            "the one syncthreads at the top of the loop, none after loading",
+            _r(
+                (_SYNC1, "    for kk"),
+                ("    k = t * TILE\n", "    cuda.syncthreads()\n    k = t * TILE\n"),
+                (
+                    "        acc += sa[ty, kk] * sb[kk, tx]\n    cuda.syncthreads()\n",
+                    "        acc += sa[ty, kk] * sb[kk, tx]\n",
+                ),
+            ),
+        ),
+        (
+            "first syncthreads between the loads of sa and sb",
+            _r((_SYNC1, "    for kk"), (_LOAD_A + "\n", _LOAD_A + "\n    cuda.syncthreads()\n")),
+        ),
+        (
+            "c written unconditionally at clamped indices",
+            _r((_STORE, "c[min(i, c.shape[0] - 1), min(j, c.shape[1] - 1)] = acc")),
+        ),
+        (
+            "early return only for threads outside c in both row and column",
+            _r(
+                (
+                    "acc = np.float32(0)\n",
+                    "acc = np.float32(0)\nif i >= c.shape[0] and j >= c.shape[1]:\n    return\n",
+                )
+            ),
+        ),
+        (
+            "early return for threads past c's last row",
+            _r(("acc = np.float32(0)\n", "acc = np.float32(0)\nif i >= c.shape[0]:\n    return\n")),
+        ),
+        (
+            "accumulator reset inside the tile loop",
+            _r(
+                (
+                    "acc = np.float32(0)\nfor t in " + _NTILES + ":\n",
+                    "for t in " + _NTILES + ":\n    acc = np.float32(0)\n",
+                )
+            ),
+        ),
+        ("tile offset k = t instead of t * TILE", _r(("k = t * TILE", "k = t"))),
+        (
+            "i, j = cuda.grid(2) (row from x)",
+            _r(
+                (
+                    "i = cuda.blockIdx.y * TILE + ty\nj = cuda.blockIdx.x * TILE + tx",
+                    "i, j = cuda.grid(2)",
+                )
+            ),
+        ),
+        ("c[i, j] += acc (c never zeroed)", _r(("c[i, j] = acc", "c[i, j] += acc"))),
+        ("tile count from b's columns N", _r((_NTILES, "range((b.shape[1] + TILE - 1) // TILE)"))),
+        (
+            "inner loop range(TILE - 1)",
+            _r(("for kk in range(TILE):", "for kk in range(TILE - 1):")),
+        ),
+        (
+            "b's tile loaded by threads the other way round (sb[tx, ty] = b[k + tx, col0 + ty])",
+            _r(
+                (
+                    _LOAD_B,
+                    "q = cuda.blockIdx.x * TILE + ty\n    sb[tx, ty] = b[k + tx, q] if k + tx < b.shape[0] and q < b.shape[1] else 0",
+                )
+            ),
+        ),
+        (
+            "b's tile loaded with k + tx as the row",
+            _r(("b[k + ty, j] if k + ty", "b[k + tx, j] if k + tx")),
+        ),
+        (
+            "write guard compares j with K (b.shape[0])",
+            _r(("if i < c.shape[0] and j < c.shape[1]:", "if i < a.shape[0] and j < b.shape[0]:")),
+        ),
+        (
+            "tile count rounded, not ceiled: round(K / TILE)",
+            _r((_NTILES, "range(round(a.shape[1] / TILE))")),
+        ),
+        (
+            "loops over K tiles (range(a.shape[1])): right values, K/TILE times the work",
+            _r((_NTILES, "range(a.shape[1])")),
+        ),
+        (
+            "syncthreads inside the kk loop (after each product) instead of before it",
+            _r(
+                (_SYNC1, "    for kk"),
+                (
+                    "        acc += sa[ty, kk] * sb[kk, tx]\n    cuda.syncthreads()\n",
+                    "        acc += sa[ty, kk] * sb[kk, tx]\n        cuda.syncthreads()\n",
+                ),
             ),
         ),
     ],
