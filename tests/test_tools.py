@@ -147,6 +147,11 @@ def test_grading_shape_dtype_tolerance_and_exception_checks():
         grading.check("E", lambda c: c.equal(torch.ones(3), torch.ones(2), "x", "h"))
     with pytest.raises(grading.CheckFailed, match="max abs error"):
         grading.check("E", lambda c: c.close(torch.ones(2) + 1e-3, torch.ones(2), "x", "h"))
+    got = torch.zeros(3, 4)
+    got[1, 2], got[2, 0] = 5.0, float("nan")
+    with pytest.raises(grading.CheckFailed, match=r"2 of 12 elements, the first at index \(1, 2\): "
+                       r"expected 0, got 5\)"):  # fmt: skip
+        grading.check("E", lambda c: c.close(got, torch.zeros(3, 4), "x", "h"))
     grading.check("E", lambda c: c.close(torch.ones(2) + 1e-8, torch.ones(2), "x", "h"))
     with pytest.raises(grading.CheckFailed, match="no exception"):
         grading.check("E", lambda c: c.raises(lambda: 1, ValueError, "x", "h"))

@@ -75,10 +75,15 @@ class _Comparisons:
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             self._fail(what + " has the wrong shape", tuple(expected.shape), shape, hint)
-        if not torch.allclose(got.to(expected.dtype), expected, rtol=rtol, atol=atol):
-            err = (got.to(expected.dtype) - expected).abs().max().item()
+        got_ = got.to(expected.dtype)
+        if not torch.allclose(got_, expected, rtol=rtol, atol=atol):
+            err = (got_ - expected).abs().max().item()
+            bad = ~torch.isclose(got_, expected, rtol=rtol, atol=atol)
+            first = tuple(torch.nonzero(bad)[0].tolist())
             self._fail(
-                f"{what} differs (max abs error {err:.3g}, atol {atol}, rtol {rtol})",
+                f"{what} differs (max abs error {err:.3g}, atol {atol}, rtol {rtol}; "
+                f"{int(bad.sum())} of {bad.numel()} elements, the first at index {first}: "
+                f"expected {expected[first].item():.6g}, got {got_[first].item():.6g})",
                 expected,
                 got,
                 hint,
