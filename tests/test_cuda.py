@@ -90,3 +90,29 @@ def test_resources_report_registers_and_spills():
     roomy, tight = (tuple(map(int, line.split())) for line in out.split("\n")[:2])
     assert roomy[0] > 80 and roomy[1:] == (0, 0), out
     assert tight[0] <= 80 and tight[1] > 0 and tight[2] > 0, out
+
+
+LOCAL = """
+import numba
+from numba import cuda
+import retorch.cuda as rc
+import tools.check_ptx as check
+
+@rc.kernel("void(float32[:], int64)")
+def dynamic_index(out, k):  # an index known only at run time: the array lives in local memory
+    x = cuda.local.array(64, dtype=numba.float32)
+    for u in range(64):
+        x[u] = u
+    out[0] = x[k % 64]
+
+check.load_kernels = lambda: None
+rc.KERNELS[:] = rc.KERNELS[-1:]
+print("check_ptx returned", check.main())
+"""
+
+
+@pytest.mark.slow
+def test_check_ptx_fails_on_a_kernel_using_local_memory():
+    out = _run("0", LOCAL)
+    assert "dynamic_index: sm_75 " in out and "LOCAL MEMORY" in out, out
+    assert "1 kernel(s) use local memory" in out and "check_ptx returned 1" in out, out

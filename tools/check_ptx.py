@@ -113,7 +113,7 @@ def main() -> int:
     load_kernels()
     failures = spilling = 0
     for spec in rcuda.KERNELS:
-        sizes = []
+        sizes, local_memory = [], False
         for cc in rcuda.PTX_TARGETS:
             target = f"sm_{cc[0]}{cc[1]}"
             try:
@@ -123,7 +123,7 @@ def main() -> int:
                     continue
                 used = resources(spec, cc)
                 local = sum(u["stack_bytes"] + u["spilled_bytes"] for u in used)
-                spilling += local > 0
+                local_memory |= local > 0
                 regs = "/".join(str(u["registers"]) for u in used)
                 sizes.append(
                     f"{target} {regs} regs" + (f" LOCAL MEMORY {local} B" if local else "")
@@ -131,6 +131,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001  (report every kernel, then fail)
                 failures += 1
                 sizes.append(f"{target} FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
+        spilling += local_memory
         kind = "device fn" if spec.device else "kernel"
         print(f"{kind:9} {spec.name}: " + ", ".join(sizes))
     print(
