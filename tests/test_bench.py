@@ -118,6 +118,7 @@ def test_gpu_timing_blocks_follow_an_untimed_call(monkeypatch):
     assert samples == {"a": [4 / 3, 4 / 3], "b": [4 / 3, 4 / 3]}
 
 
+@pytest.mark.slow
 def test_gpu_matmul_variant_stands_in_for_the_register_tiled_kernel():
     """The GPU section's capped variant runs through bmm in place of mm_regtile_kernel (here
     under the simulator, on a product that needs two 128 x 128 tiles), and the defaults come

@@ -178,7 +178,10 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     assert {f"{k}_kernel" for k in kernels} <= set(launched)
 
 
-@pytest.mark.parametrize("kernel", ["naive", "tiled", "regtile"])
+# (the register-tiled kernel simulates 256 threads a block: seconds, so slow)
+@pytest.mark.parametrize(
+    "kernel", ["naive", "tiled", pytest.param("regtile", marks=pytest.mark.slow)]
+)
 def test_matmul_kernels(kernel, monkeypatch):
     monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", kernel)
     x = rng.standard_normal((5, 18)).astype(np.float32)  # k = 18 spans two 16-wide tiles
@@ -211,6 +214,7 @@ def test_matmul_kernels(kernel, monkeypatch):
     assert [g[2] for g in launches] == [2, 2, 1]
 
 
+@pytest.mark.slow
 def test_register_tiled_matmul_covers_edges(monkeypatch):
     """Outputs past a 128-wide tile (n = 130: two blocks, the second almost empty), a k
     that ends inside an 8-deep step, float64 too, and a batch of two with two block rows."""

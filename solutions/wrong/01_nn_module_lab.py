@@ -3,6 +3,8 @@
 Run: ``.venv/bin/python tools/check_wrong_answers.py 01_nn_module_lab``.
 """
 
+import textwrap
+
 # Lab 1's solution to exercise 5 in its three parts; most wrong answers change one place.
 _CHILDREN = """for child in module.children():
     apply_(child, fn)
@@ -841,20 +843,9 @@ def walk(mod, seen):
     for child in mod._modules.values():
         if child is not None:
             walk(child, seen)
-    for param in mod._parameters.values():
-        if param is None:
-            continue
-        with torch.no_grad():
-            param.data = fn(param)
-            if param.grad is not None:
-                param.grad.data = fn(param.grad)
-    for name, buf in mod._buffers.items():
-        if buf is not None:
-            mod._buffers[name] = fn(buf)
-
-walk(module, set())
-return module
-""",
+"""
+            + textwrap.indent((_PARAMS + _BUFFERS).replace("module._", "mod._"), "    ")
+            + "\nwalk(module, set())\nreturn module\n",
         ),
         (
             "converts a tied weight only once",
