@@ -85,3 +85,43 @@ def test_renaming_twice_fails_and_same_name_is_a_no_op():
         print(json.dumps({"err": err}))
     """)
     assert "can be renamed once only" in got["err"]
+
+
+def test_at_exit_retorch_waits_for_the_device_threads_last_task():
+    """The exit hook (``wait_for_device_thread``) returns only after the device thread has
+    finished the task before it: here a backward, started on another thread, whose node on
+    the device sleeps. Without the hook, a process could exit while that thread still drops
+    its last references, and abort (pytorch#38228)."""
+    got = run("""
+        import atexit, threading, time
+        from retorch.dispatch import torch_privateuse1 as tp
+
+        registered, real = [], atexit.register
+        atexit.register = lambda f, *a: registered.append(f.__name__) or real(f, *a)
+        b = TorchArenaBackend("retorch")
+        atexit.register = real
+        started, done = threading.Event(), []
+
+        class Slow(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, w):
+                return torch._C._acc.create_empty_tensor((1,), torch.float32)
+
+            @staticmethod
+            def backward(ctx, grad):
+                started.set(); time.sleep(0.5); done.append(threading.current_thread().name)
+                return None
+
+        def step():
+            out = Slow.apply(torch.zeros(1, requires_grad=True))
+            torch.autograd.backward(out, torch._C._acc.create_empty_tensor((1,), torch.float32))
+
+        t = threading.Thread(target=step, name="caller"); t.start(); started.wait()
+        tp.wait_for_device_thread()
+        finished_first = list(done)
+        t.join()
+        print(json.dumps({"registered": registered, "finished_first": finished_first}))
+    """)
+    assert "wait_for_device_thread" in got["registered"]
+    assert len(got["finished_first"]) == 1  # the slow backward ended before the wait did
+    assert got["finished_first"] != ["caller"]  # and it ran on the engine's device thread

@@ -359,6 +359,7 @@ def test_layers_diagram_names_every_layer():
         assert layer in source
 
 
+@pytest.mark.slow  # fresh interpreters with torch: seconds
 def test_torchs_default_cpu_path_rounds_twice_and_the_vector_path_once():
     # What chapter 0 says about torch's CPU add, checked in fresh processes.
     import os

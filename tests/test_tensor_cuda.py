@@ -178,9 +178,14 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     assert {f"{k}_kernel" for k in kernels} <= set(launched)
 
 
-# (the register-tiled kernel simulates 256 threads a block: seconds, so slow)
+# (the tiled kernels simulate 256 threads a block: seconds, so slow)
 @pytest.mark.parametrize(
-    "kernel", ["naive", "tiled", pytest.param("regtile", marks=pytest.mark.slow)]
+    "kernel",
+    [
+        "naive",
+        pytest.param("tiled", marks=pytest.mark.slow),
+        pytest.param("regtile", marks=pytest.mark.slow),
+    ],
 )
 def test_matmul_kernels(kernel, monkeypatch):
     monkeypatch.setitem(cuda_kernels.MM_KERNEL, "name", kernel)

@@ -18,6 +18,9 @@ the backend is only kernels registered with ``torch.library.Library("aten", "IMP
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+
 import numpy as np
 import torch
 
@@ -27,7 +30,8 @@ from .backend_registration import NUMPY_KERNELS, ArenaAllocator
 def setup_torch_backend(name: str = "retorch") -> None:
     """Set torch's PrivateUse1 up as the Python backend ``name`` (again: a no-op). Call it
     before torch's first backward in the process: the autograd engine sizes its per-device
-    ready queues then, and a backward on a device set up later fails an internal assert."""
+    ready queues then, and a backward on a device set up later fails an internal assert.
+    It also registers :func:`wait_for_device_thread` to run at exit."""
     current = torch._C._get_privateuse1_backend_name()
     if current == name:
         return
@@ -39,6 +43,46 @@ def setup_torch_backend(name: str = "retorch") -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _setup_privateuseone_for_python_backend(name)
+    atexit.register(wait_for_device_thread)
+
+
+class _OnTheDevice(torch.autograd.Function):
+    """A node on the device (its output is a device tensor) with a backward that returns no
+    gradient, so it needs no kernels."""
+
+    @staticmethod
+    def forward(ctx, w):
+        return torch._C._acc.create_empty_tensor((1,), torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+def wait_for_device_thread() -> None:
+    """Let the autograd engine's thread for the device finish its last task; called at exit.
+
+    A backward on the device runs on the engine's thread for that device
+    (``Engine::thread_main`` in ``torch/csrc/autograd/engine.cpp``), and that thread may drop
+    its references to the finished ``GraphTask`` and its tensors after ``backward()`` has
+    returned. Dropping a Python object (the ``contextvars`` context that ``_engine_run_backward``
+    in ``torch/autograd/graph.py`` stashes in the thread-local state the task copies, or a
+    tensor's) takes the GIL. If the interpreter is exiting by then, taking the GIL ends the
+    thread with ``pthread_exit``, whose unwinding meets a ``noexcept`` destructor: the process
+    aborts with "terminate called without an active exception" (pytorch#38228).
+
+    The device thread takes its tasks in order, so one more backward through it, run while
+    this thread waits without the GIL, starts only after the last one is dropped. This one
+    leaves nothing for the device thread to drop that needs the GIL: it goes to the engine
+    directly (no context stashed); its gradient reaches a CPU leaf, whose ``AccumulateGrad``
+    (and so the end of the task) runs on this thread; and its node is kept alive for good."""
+    w = torch.zeros(1, requires_grad=True)
+    out = _OnTheDevice.apply(w)
+    grad = torch._C._acc.create_empty_tensor((1,), torch.float32)
+    torch.autograd.Variable._execution_engine.run_backward(
+        (out,), (grad,), False, False, (), False, True
+    )
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(out))  # its node outlives the device thread
 
 
 #: The values of every tensor on the device, by its storage (``StorageImpl``): a saved
