@@ -62,20 +62,24 @@ class _OnTheDevice(torch.autograd.Function):
 def wait_for_device_thread() -> None:
     """Let the autograd engine's thread for the device finish its last task; called at exit.
 
-    A backward on the device runs on the engine's thread for that device
+    A backward on the device runs on the engine's worker thread for that device index
     (``Engine::thread_main`` in ``torch/csrc/autograd/engine.cpp``), and that thread may drop
-    its references to the finished ``GraphTask`` and its tensors after ``backward()`` has
-    returned. Dropping a Python object (the ``contextvars`` context that ``_engine_run_backward``
-    in ``torch/autograd/graph.py`` stashes in the thread-local state the task copies, or a
-    tensor's) takes the GIL. If the interpreter is exiting by then, taking the GIL ends the
-    thread with ``pthread_exit``, whose unwinding meets a ``noexcept`` destructor: the process
-    aborts with "terminate called without an active exception" (pytorch#38228).
+    its references to the finished ``GraphTask`` after ``backward()`` has returned. Dropping a
+    Python object (the ``contextvars`` context that ``_engine_run_backward`` in
+    ``torch/autograd/graph.py`` stashes in the thread-local state the task copies, or a
+    tensor's Python object) takes the GIL. If the interpreter is exiting by then, taking the
+    GIL ends the thread with ``pthread_exit`` (seen on CPython 3.11), whose
+    unwinding meets a ``noexcept`` destructor: the process aborts with "terminate called
+    without an active exception" (pytorch#38228).
 
-    The device thread takes its tasks in order, so one more backward through it, run while
-    this thread waits without the GIL, starts only after the last one is dropped. This one
-    leaves nothing for the device thread to drop that needs the GIL: it goes to the engine
-    directly (no context stashed); its gradient reaches a CPU leaf, whose ``AccumulateGrad``
-    (and so the end of the task) runs on this thread; and its node is kept alive for good."""
+    The worker runs one task at a time: it pops the next only after the loop iteration that
+    dropped its references to the last one has ended. So one more backward through it, run
+    while this thread waits without the GIL, returns only after the last one is let go. This
+    one leaves nothing for the worker to drop that needs the GIL: it goes to the engine
+    directly (no context stashed); its backward returns no gradient, so the CPU leaf's
+    ``AccumulateGrad`` is queued on this thread and usually ends the task here (if the worker
+    ends it instead, the task holds nothing that needs the GIL); and its node is kept alive
+    for good."""
     w = torch.zeros(1, requires_grad=True)
     out = _OnTheDevice.apply(w)
     grad = torch._C._acc.create_empty_tensor((1,), torch.float32)
