@@ -68,9 +68,9 @@ def wait_for_device_thread() -> None:
     Python object (the ``contextvars`` context that ``_engine_run_backward`` in
     ``torch/autograd/graph.py`` stashes in the thread-local state the task copies, or a
     tensor's Python object) takes the GIL. If the interpreter is exiting by then, taking the
-    GIL ends the thread with ``pthread_exit`` (seen on CPython 3.11), whose
-    unwinding meets a ``noexcept`` destructor: the process aborts with "terminate called
-    without an active exception" (pytorch#38228).
+    GIL ends the thread with ``pthread_exit`` (seen on CPython 3.11), whose unwinding meets a
+    ``noexcept`` destructor: the process aborts with "terminate called without an active
+    exception" (pytorch#38228).
 
     The worker runs one task at a time: it pops the next only after the loop iteration that
     dropped its references to the last one has ended. So one more backward through it, run
