@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +15,8 @@ import retorch.environment as env
 from retorch import notebook
 from retorch.nn.modules.module import Module
 from retorch.utils.data.sampler import RandomSampler
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Example:
@@ -153,3 +160,40 @@ def test_storage_indices_are_where_each_element_reads(make):
     assert storage_indices(view) == view.flatten().tolist()
     fig = draw_layout({"view": view}, storage_size=12)
     assert len(fig.axes[0].patches) == 12 + view.numel()  # the storage row and the view's row
+
+
+# A stored listing names its file and lines: "`path`, lines A-B of `qual`" (excerpt) or
+# "`path`, line A: `qual` (N lines)" (show), then the code in a python fence.
+_STORED_LISTING = re.compile(
+    r"`(?P<path>[^`]+\.py)`, (?:lines (?P<a>\d+)-(?P<b>\d+) of `[^`]+`|line (?P<s>\d+): "
+    r"`[^`]+` \((?P<n>\d+) lines\))\n\n```python\n(?P<code>.*?)\n```",
+    re.S,
+)
+
+
+def _stored_listings():
+    for nb in sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]):
+        for cell in json.loads(nb.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("data", {}).get("text/markdown", ""))
+                for m in _STORED_LISTING.finditer(text):
+                    yield nb.relative_to(ROOT).as_posix(), m
+
+
+def test_every_stored_listing_quotes_the_file_as_it_is_now():
+    """A notebook stores its listings; editing the quoted file (a docstring above the quoted
+    lines shifts them) makes the stored output stale, which nbval reports only after a full
+    run. This catches it in seconds: re-execute the notebook (tools/execute.py)."""
+    listings, stale = list(_stored_listings()), []
+    for nb, m in listings:
+        if m["path"].startswith("torch/") and not torch.__version__.startswith("2.13."):
+            continue  # torch's own files quoted as the pinned torch 2.13 has them
+        base = Path(torch.__file__).parent.parent if m["path"].startswith("torch/") else ROOT
+        lines = (base / m["path"]).read_text().split("\n")
+        first = int(m["a"] or m["s"])
+        last = int(m["b"]) if m["a"] else first + int(m["n"]) - 1
+        now = textwrap.dedent("\n".join(lines[first - 1 : last])).rstrip()
+        if now != m["code"].rstrip():
+            stale.append(f"{nb}: {m['path']} lines {first}-{last}")
+    assert len(listings) > 50, "the pattern no longer finds the stored listings"
+    assert not stale, "stored listings no longer match their files: " + "; ".join(stale)
