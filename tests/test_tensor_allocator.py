@@ -20,6 +20,7 @@ from retorch.tensor.allocator import (
     SIZE_MAX,
     CUDACachingAllocator,
     OutOfMemoryError,
+    SameAddresses,
     format_size,
     get_allocation_size,
     kLargeBuffer,
@@ -664,12 +665,8 @@ def test_plot_timeline_draws_reserved_allocated_and_fragmentation():
 # -- the real allocator, where there is one ---------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="compares the model with torch.cuda's real caching allocator, which needs a CUDA GPU; "
-    "this machine has none (the CPU build's torch.cuda.memory_stats() is empty)",
-)
-def test_replay_matches_torch_cuda_memory_stats():
+def random_trace_and_mlp_step() -> list:
+    """300 random allocations and frees of 1 B to 48 MiB, then one recorded MLP step."""
     rng = np.random.default_rng(0)
     trace, live, next_id = [], [], 0
     for _ in range(300):
@@ -682,20 +679,88 @@ def test_replay_matches_torch_cuda_memory_stats():
             next_id += 1
     trace += [("free", i) for i in live]
     step = record_trace(mlp_training_step())
-    trace += [(e[0], ("mlp", e[1]), *e[2:]) for e in step]
+    return trace + [(e[0], ("mlp", e[1]), *e[2:]) for e in step]
 
+
+STAT_NAMES = [f"{n}.{p}.current" for n in A.STAT_ARRAYS for p in A.STAT_TYPES]
+
+
+class ShuffledAddresses:
+    """A cudaMalloc that places segments at random addresses, not in increasing order."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, nbytes):
+        return A._Address(int(self.rng.integers(1, 2**20)) << 21)
+
+
+def test_the_same_trace_at_other_addresses_splits_differently_unless_the_model_follows_them():
+    """Best fit breaks ties by address, so the model agrees with another allocator event by
+    event only at that allocator's addresses: SameAddresses gives it them. (On an H100, the
+    model with its own addresses differed from torch.cuda at event 249 by exactly this.)"""
+    trace = random_trace_and_mlp_step()
+    other = CUDACachingAllocator(80 * GiB, raw_malloc=ShuffledAddresses(0))
+    same = SameAddresses(other.memory_snapshot)
+    follows = CUDACachingAllocator(80 * GiB, same.malloc, same.free)
+    own = CUDACachingAllocator(80 * GiB)  # addresses from a counter, in increasing order
+    blocks = {a: {} for a in ("other", "follows", "own")}
+    first_difference = None
+    for i, event in enumerate(trace):
+        for name, a in (("other", other), ("follows", follows), ("own", own)):  # other first
+            if event[0] == "alloc":
+                blocks[name][event[1]] = a.malloc(event[2])
+            else:
+                a.free(blocks[name].pop(event[1]))
+        theirs = other.memory_stats()
+        assert {n: follows.memory_stats()[n] for n in STAT_NAMES} == {
+            n: theirs[n] for n in STAT_NAMES
+        }, f"event {i} {event}: the model at the other allocator's addresses differs"
+        diff = {n: (own.memory_stats()[n], theirs[n]) for n in STAT_NAMES
+                if own.memory_stats()[n] != theirs[n]}  # fmt: skip
+        if diff and first_difference is None:
+            first_difference = (i, event, diff)
+    assert first_difference == (
+        249, ("free", 89),
+        {"inactive_split.all.current": (27, 26), "inactive_split.small_pool.current": (11, 10)},
+    )  # fmt: skip
+    assert [s["address"] for s in follows.memory_snapshot()] == [
+        s["address"] for s in other.memory_snapshot()
+    ]
+
+
+def test_same_addresses_refuses_an_event_the_other_allocator_has_not_seen():
+    other = CUDACachingAllocator(80 * GiB)
+    same = SameAddresses(other.memory_snapshot)
+    model = CUDACachingAllocator(80 * GiB, same.malloc, same.free)
+    with pytest.raises(RuntimeError, match="new segments of that size"):
+        model.malloc(1000)  # not replayed in `other` first: it has no new segment
+    other.malloc(1000)
+    model.malloc(1000)
+    assert model.memory_snapshot()[0]["address"] == other.memory_snapshot()[0]["address"]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="compares the model with torch.cuda's real caching allocator, which needs a CUDA GPU; "
+    "this machine has none (the CPU build's torch.cuda.memory_stats() is empty)",
+)
+def test_replay_matches_torch_cuda_memory_stats():
+    trace = random_trace_and_mlp_step()
     stream = torch.cuda.Stream()  # a fresh stream: no block cached before this test is reused
     torch.cuda.synchronize()
     base = torch.cuda.memory_stats()
-    names = [f"{n}.{p}.current" for n in A.STAT_ARRAYS for p in A.STAT_TYPES]
+    same = SameAddresses(torch.cuda.memory_snapshot)  # segments where torch.cuda put its own
     model = CUDACachingAllocator(
         torch.cuda.get_device_properties(0).total_memory,
+        same.malloc,
+        same.free,
         max_split_size=base.get("max_split_size", -1) % 2**64,  # int64 -1 is SIZE_MAX
     )
     tensors, blocks = {}, {}
     with torch.cuda.stream(stream):
         for i, event in enumerate(trace):
-            if event[0] == "alloc":
+            if event[0] == "alloc":  # torch.cuda first: the model takes its segment's address
                 tensors[event[1]] = torch.empty(event[2], dtype=torch.uint8, device="cuda")
                 blocks[event[1]] = model.malloc(event[2])
             else:
@@ -703,5 +768,7 @@ def test_replay_matches_torch_cuda_memory_stats():
                 model.free(blocks.pop(event[1]))
             real = torch.cuda.memory_stats()
             ours = model.memory_stats()
-            diff = {n: (ours[n], real[n] - base[n]) for n in names if ours[n] != real[n] - base[n]}
+            diff = {
+                n: (ours[n], real[n] - base[n]) for n in STAT_NAMES if ours[n] != real[n] - base[n]
+            }
             assert not diff, f"event {i} {event}: (model, torch.cuda) differ: {diff}"

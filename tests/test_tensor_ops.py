@@ -54,6 +54,7 @@ def pair(arr):
 def check(ours, theirs, rtol=0.0, atol=0.0):
     assert ours.dtype.name == str(theirs.dtype).replace("torch.", "")
     assert ours.shape == tuple(theirs.shape)
+    assert ours.stride() == theirs.stride(), "the output's layout differs from torch's"
     a, b = ours.numpy(), theirs.numpy()
     if rtol == 0 and atol == 0:
         np.testing.assert_array_equal(a, b)

@@ -700,6 +700,51 @@ def numba_raw_malloc(nbytes: int):
     return cuda.device_array(nbytes, dtype=np.uint8)
 
 
+class SameAddresses:
+    """``raw_malloc`` / ``raw_free`` that put each segment of the model where another allocator
+    has just put its own for the same request: the new segment of ``nbytes`` bytes in
+    ``snapshot()``, a list of segments as ``torch.cuda.memory_snapshot()`` gives it (or another
+    model's :meth:`CUDACachingAllocator.memory_snapshot`).
+
+    ``get_free_block``'s best fit breaks ties between blocks of one size by address (torch's
+    ``BlockComparatorSize`` orders by stream, size, then pointer). Two allocators whose
+    segments lie in another order can take different blocks of the same size, then split and
+    merge differently, and their statistics drift apart. So a model replayed beside
+    ``torch.cuda`` needs torch's addresses to agree with it event by event: replay each event in
+    the other allocator first, then in the model. Segments already in the snapshot when this
+    is made are never handed out."""
+
+    def __init__(self, snapshot):
+        self.snapshot = snapshot
+        self.taken = {s["address"] for s in snapshot()}
+
+    def malloc(self, nbytes: int):
+        new = [
+            s["address"]
+            for s in self.snapshot()
+            if s["address"] not in self.taken and s["total_size"] == nbytes
+        ]
+        if len(new) != 1:
+            raise RuntimeError(
+                f"SameAddresses: the model asks cudaMalloc for a segment of {nbytes} bytes, and "
+                f"the other allocator has {len(new)} new segments of that size (expected 1): "
+                "the two made different decisions before this event, or the event was not "
+                "replayed in the other allocator first"
+            )
+        self.taken.add(new[0])
+        return _Address(new[0])
+
+    def free(self, handle) -> None:
+        self.taken.discard(_address_of(handle))
+
+
+class _Address:
+    """A segment known only by its address (what :func:`_address_of` reads)."""
+
+    def __init__(self, address: int):
+        self.__cuda_array_interface__ = {"data": (address, False)}
+
+
 def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
     """A ``fn(nbytes) -> device array`` for ``retorch.tensor.storage.set_cuda_allocator``:
     each array is a block's memory, and the block is freed when the array is collected (keep the

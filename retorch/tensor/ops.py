@@ -542,7 +542,10 @@ def log_softmax(x, dim):
 
 # ---- indexing ----------------------------------------------------------------------------------------
 def _gather_launch(src, dim, index, out_shape):
-    """Restride ``src`` so ``dim`` has stride 0 and let the index add ``i * stride[dim]``."""
+    """Restride ``src`` so ``dim`` has stride 0 and let the index add ``i * stride[dim]``.
+    The output is contiguous whatever ``src``'s layout, as torch allocates it
+    (``set_output_raw_strided(0, index.sizes(), {}, self.options())`` in
+    ``aten/src/ATen/native/TensorAdvancedIndexing.cpp``)."""
     strides = list(src.stride())
     dim_stride = strides[dim] if src.dim() else 0
     if src.dim():
@@ -550,7 +553,8 @@ def _gather_launch(src, dim, index, out_shape):
     src_r = Tensor(
         TensorImpl(src._impl.storage, src.dtype, out_shape, strides, src.storage_offset())
     )
-    cfg = TensorIteratorConfig().add_output(None).add_input(src_r).add_input(index)
+    out = empty(tuple(out_shape), dtype=src.dtype, device=src.device)
+    cfg = TensorIteratorConfig().add_output(out).add_input(src_r).add_input(index)
     cfg.static_dtype = src.dtype
     it = cfg.build()
     stub("gather")(it.device, it, dim_stride)
