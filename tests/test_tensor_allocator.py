@@ -548,6 +548,44 @@ def test_retorch_cuda_tensors_allocate_through_the_cache():
         storage.set_cuda_allocator(previous)
 
 
+def test_retorch_cuda_tensors_allocate_through_the_caching_allocator_by_default():
+    import gc
+
+    import retorch.tensor as rt
+
+    gc.collect()
+    before = A.memory_allocated()
+    x = rt.empty(1000, device="cuda")
+    assert x.data_ptr() in A.cuda_caching_allocator().allocated_blocks
+    assert A.memory_allocated() - before == round_size(4000) == 4096
+    assert A.memory_reserved() >= kSmallBuffer
+    assert A.memory_stats()["allocated_bytes.all.current"] == A.memory_allocated()
+    del x
+    gc.collect()
+    assert A.memory_allocated() == before
+    A.empty_cache()
+    assert A.memory_reserved() == sum(s["total_size"] for s in A.memory_snapshot())
+
+
+def test_a_free_that_arrives_during_malloc_waits_for_it():
+    """The garbage collector can run inside malloc and collect a storage: its free must wait
+    until malloc is done (torch's allocator holds a mutex for both)."""
+    a = CUDACachingAllocator(GiB, raw_malloc=A.numba_raw_malloc)
+    allocate = A.storage_allocator(a)
+    held = [allocate(1000)]
+    real_malloc = a.malloc
+
+    def malloc_with_a_collection(*args):
+        held.clear()  # the last reference goes: the storage's finalizer frees its block now
+        assert stat(a, "allocation.all.current") == 1, "a free ran inside malloc"
+        return real_malloc(*args)
+
+    a.malloc = malloc_with_a_collection
+    kept = allocate(1000)
+    assert stat(a, "allocation.all.current") == 1  # the waiting free was applied after malloc
+    assert kept is not None
+
+
 # -- traces: recorded from torch, replayed through the model ---------------------------------------
 
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 import bisect
 import gc
 import itertools
+import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -748,17 +749,104 @@ class _Address:
 def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
     """A ``fn(nbytes) -> device array`` for ``retorch.tensor.storage.set_cuda_allocator``:
     each array is a block's memory, and the block is freed when the array is collected (keep the
-    array itself, not only slices of it, for as long as the memory is used)."""
+    array itself, not only slices of it, for as long as the memory is used).
+
+    torch's allocator holds a mutex in ``malloc`` and ``free``. Here a free can also arrive in the
+    middle of a ``malloc`` (the garbage collector may run there and collect a storage), so a free
+    that finds the allocator busy waits in a list that the next call empties."""
+    busy = threading.Lock()
+    waiting: list[Block] = []
+
+    def free_waiting() -> None:
+        while waiting:
+            allocator.free(waiting.pop())
+
+    def free(block: Block) -> None:
+        waiting.append(block)
+        if busy.acquire(blocking=False):
+            try:
+                free_waiting()
+            finally:
+                busy.release()
 
     def allocate(nbytes: int):
         if nbytes == 0:  # NativeCachingAllocator::allocate: `if (size != 0) this->malloc(...)`
             return numba_raw_malloc(0)
-        block = allocator.malloc(nbytes, stream)
+        with busy:
+            free_waiting()
+            block = allocator.malloc(nbytes, stream)
+            free_waiting()  # the frees that arrived during malloc
         memory = block.memory()[:nbytes]
-        weakref.finalize(memory, allocator.free, block)
+        weakref.finalize(memory, free, block)
         return memory
 
+    def settle() -> None:
+        """Apply the frees that are waiting (before reading the counters)."""
+        with busy:
+            free_waiting()
+
+    allocate.settle = settle
     return allocate
+
+
+# -- the allocator every CUDA storage uses: c10::cuda::CUDACachingAllocator::get() --
+
+_caching_allocator: CUDACachingAllocator | None = None
+_storage_allocate = None
+
+
+def cuda_caching_allocator() -> CUDACachingAllocator:
+    """The model every CUDA storage of ``retorch.tensor`` gets its bytes from, as every CUDA
+    tensor's bytes come from ``c10::cuda::CUDACachingAllocator`` in torch. Made at first use,
+    for the current device's memory (segments from :func:`numba_raw_malloc`)."""
+    global _caching_allocator, _storage_allocate
+    if _caching_allocator is None:
+        from numba import cuda
+
+        total = cuda.current_context().get_memory_info()[1]  # inf under the simulator
+        _caching_allocator = CUDACachingAllocator(
+            total, raw_malloc=numba_raw_malloc, device=getattr(cuda.get_current_device(), "id", 0)
+        )
+        _storage_allocate = storage_allocator(_caching_allocator)
+    return _caching_allocator
+
+
+def cuda_storage_bytes(nbytes: int):
+    """The default of ``retorch.tensor.storage``'s CUDA allocation: a block of the caching
+    allocator, as a device array of ``nbytes`` uint8."""
+    cuda_caching_allocator()
+    return _storage_allocate(nbytes)
+
+
+def _settled() -> CUDACachingAllocator:
+    a = cuda_caching_allocator()
+    _storage_allocate.settle()
+    return a
+
+
+def memory_stats() -> dict:
+    """``torch.cuda.memory_stats()`` of retorch's CUDA tensors: the caching allocator's counters."""
+    return _settled().memory_stats()
+
+
+def memory_allocated() -> int:
+    """``torch.cuda.memory_allocated()``: bytes in blocks that tensors hold."""
+    return _settled().memory_allocated()
+
+
+def memory_reserved() -> int:
+    """``torch.cuda.memory_reserved()``: bytes in segments the allocator holds."""
+    return _settled().memory_reserved()
+
+
+def memory_snapshot() -> list[dict]:
+    """``torch.cuda.memory_snapshot()``: the segments and their blocks."""
+    return _settled().memory_snapshot()
+
+
+def empty_cache() -> None:
+    """``torch.cuda.empty_cache()``: give every unused cached segment back (``cudaFree``)."""
+    _settled().empty_cache()
 
 
 # -- traces: record one from real torch, replay it through the model, plot the timeline --

@@ -25,13 +25,15 @@ ALIGNMENT = 64
 #: CUDA simulator's arrays are host memory without it, so it is checked only on a real GPU.
 CUDA_ALIGNMENT = 256
 
-#: Where CUDA storages get their bytes: ``fn(nbytes) -> device array of uint8``. The caching
-#: allocator (retorch.tensor.allocator) can install itself here with :func:`set_cuda_allocator`.
+#: Where CUDA storages get their bytes: ``fn(nbytes) -> device array of uint8``. ``None`` is the
+#: default, the caching allocator (``retorch.tensor.allocator.cuda_caching_allocator``), as every
+#: CUDA tensor of torch allocates through ``c10::cuda::CUDACachingAllocator``.
 _cuda_allocator = None
 
 
 def set_cuda_allocator(fn):
-    """Route every new CUDA storage through ``fn(nbytes)``; ``None`` restores the default."""
+    """Route every new CUDA storage through ``fn(nbytes)``; ``None`` restores the default (the
+    caching allocator). Returns the previous one."""
     global _cuda_allocator
     previous, _cuda_allocator = _cuda_allocator, fn
     return previous
@@ -49,11 +51,12 @@ def _aligned_empty(nbytes: int) -> tuple[np.ndarray, int]:
 def _cuda_empty(nbytes: int):
     if _cuda_allocator is not None:
         return _cuda_allocator(nbytes)
-    from numba import cuda
     from numba.cuda.cudadrv.error import CudaSupportError
 
+    from .allocator import cuda_storage_bytes
+
     try:
-        return cuda.device_array(max(nbytes, 0), dtype=np.uint8)
+        return cuda_storage_bytes(max(nbytes, 0))
     except CudaSupportError as e:
         # torch (a CUDA build on a machine without a driver) raises RuntimeError here too
         raise RuntimeError(
