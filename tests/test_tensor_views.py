@@ -291,3 +291,15 @@ def test_reshape_that_copies_is_not_a_view_as_torchs(shape):
     theirs = torch.arange(24, dtype=torch.float64).view(2, 3, 4).transpose(0, 2).reshape(shape)
     assert (ours._base is None) == (theirs._base is None) is True
     assert ours.stride() == theirs.stride() and ours.tolist() == theirs.tolist()
+
+
+def test_memory_format_names_match_torchs():
+    x, tx = rt.ones(2, 3, 4, 5), torch.ones(2, 3, 4, 5)
+    for ours, theirs in [(rt.channels_last, torch.channels_last),
+                         (rt.contiguous_format, torch.contiguous_format)]:  # fmt: skip
+        assert (
+            x.contiguous(memory_format=ours).stride()
+            == tx.contiguous(memory_format=theirs).stride()
+        )
+        assert x.contiguous(memory_format=ours).is_contiguous(memory_format=ours)
+    assert rt.empty_like(x.contiguous(memory_format=rt.channels_last)).stride() == (60, 1, 15, 3)

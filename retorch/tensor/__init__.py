@@ -69,6 +69,13 @@ from .type_promotion import promote_types, result_type
 
 _install_ops()
 bool = _dtype_mod.bool_  # noqa: A001  (retorch.tensor.bool, as torch.bool)
+#: torch.contiguous_format, torch.channels_last, torch.preserve_format: retorch names a memory
+#: format by a string (and accepts torch's objects too).
+contiguous_format, channels_last, preserve_format = (
+    "contiguous_format",
+    "channels_last",
+    "preserve_format",
+)
 
 __all__ = [
     "ALIGNMENT",
@@ -80,6 +87,9 @@ __all__ = [
     "int32",
     "int64",
     "bool",
+    "contiguous_format",
+    "channels_last",
+    "preserve_format",
     "tensor",
     "from_numpy",
     "empty",

@@ -288,9 +288,10 @@ class CUDACachingAllocator:
     """``DeviceCachingAllocator`` for one device of ``device_memory_bytes`` bytes.
 
     ``raw_malloc(nbytes)`` stands for ``cudaMalloc``: it returns an object holding the memory
-    (sliceable, like a Numba device array), or ``None`` / raises ``MemoryError`` when the device
-    is full; ``raw_free(handle)`` stands for ``cudaFree`` (by default the handle is dropped).
-    Without ``raw_malloc`` the addresses are fake. The device also refuses a segment that would
+    (sliceable, like a Numba device array) or only the segment's address (an ``int``), or
+    ``None`` / raises ``MemoryError`` when the device is full; ``raw_free(handle)`` stands for
+    ``cudaFree`` (by default the handle is dropped). Without ``raw_malloc`` the addresses are
+    fake, from a counter. The device also refuses a segment that would
     take the reserved total past ``device_memory_bytes``, as ``cudaMalloc`` fails on a full GPU.
     """
 
@@ -682,9 +683,12 @@ class CUDACachingAllocator:
 
 
 def _address_of(handle) -> int | None:
-    """The device address of a raw memory object, or ``None`` for fake addresses."""
+    """The device address of a raw memory object (or the address itself, an ``int``), or
+    ``None`` for fake addresses."""
     if handle is None:
         return None
+    if isinstance(handle, int):
+        return handle
     for attr in ("__cuda_array_interface__", "__array_interface__"):
         try:
             return getattr(handle, attr)["data"][0]
@@ -733,17 +737,10 @@ class SameAddresses:
                 "replayed in the other allocator first"
             )
         self.taken.add(new[0])
-        return _Address(new[0])
+        return new[0]
 
     def free(self, handle) -> None:
         self.taken.discard(_address_of(handle))
-
-
-class _Address:
-    """A segment known only by its address (what :func:`_address_of` reads)."""
-
-    def __init__(self, address: int):
-        self.__cuda_array_interface__ = {"data": (address, False)}
 
 
 def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
