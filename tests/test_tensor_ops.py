@@ -605,3 +605,19 @@ def test_setitem_scatter_index_add_nll_loss():
     n, tn = pair(np.array([1.0, np.nan]))
     check(rt.isnan(n), torch.isnan(tn))
     assert rt.any(rt.isnan(n)).item() is True and rt.any(rt.isnan(n[:1])).item() is False
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((2, 3), (4, 3)), ((3, 1, 4), (2, 1)), ((2,), (-1,)), ((-1,),), (3, (2, 3)), ((3,), None),
+     ([2, 1], (1, 5)), ((3,), (2,), (3,)), ((2, 3), 2.5), ()],
+)  # fmt: skip
+def test_broadcast_shapes_matches_torch_values_and_errors(shapes):
+    def run(fn):
+        try:
+            return fn(*shapes)
+        except Exception as e:  # noqa: BLE001 - the exception is what is compared
+            return type(e), str(e)
+
+    ours, theirs = run(rt.broadcast_shapes), run(torch.broadcast_shapes)
+    assert ours == (tuple(theirs) if isinstance(theirs, torch.Size) else theirs)

@@ -32,7 +32,8 @@ module                     mirrors
 from . import dtype as _dtype_mod
 from . import ops
 from .dtype import dtype, float32, float64, int32, int64
-from .expand_utils import broadcast_shapes, infer_size
+from .expand_utils import infer_size
+from .meta import public_broadcast_shapes as broadcast_shapes
 from .ops import *  # noqa: F403
 from .storage import ALIGNMENT, Storage
 from .tensor import Tensor, _install_ops

@@ -27,13 +27,6 @@ def infer_size(a, b) -> tuple[int, ...]:
     return tuple(out)
 
 
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    out: tuple[int, ...] = ()
-    for s in shapes:
-        out = infer_size(out, tuple(s))
-    return out
-
-
 def infer_expand_geometry(tensor_sizes, tensor_strides, sizes, type_name: str = "Tensor"):
     """Sizes and strides of ``tensor.expand(sizes)``; ``-1`` keeps a size."""
     ndim, tensor_dim = len(sizes), len(tensor_sizes)

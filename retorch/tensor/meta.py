@@ -18,6 +18,8 @@ tensor's dtype, mm/bmm dtypes, ``max()`` of an empty tensor), retorch keeps the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .dispatch_stub import STUBS
 from .tensor_impl import (
     compute_channels_last_contiguous_2d,
@@ -44,25 +46,42 @@ def _size(shape) -> str:
     return f"torch.Size({list(shape)})"
 
 
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
+def broadcast_shapes(*shapes, show=_size) -> tuple[int, ...]:
     """``torch._refs._broadcast_shapes``: the common shape, checked argument by argument from
-    the last dim, with the message the elementwise refs raise on ``"meta"``."""
+    the last dim, with the message the elementwise refs raise on ``"meta"`` (where every shape
+    is a ``torch.Size``; ``show`` writes a shape into the message). ``torch.broadcast_shapes``
+    calls the same function on the shapes as given: see :func:`public_broadcast_shapes`."""
     common = [1] * max((len(s) for s in shapes), default=0)
     for arg_idx, shape in enumerate(shapes):
         for idx in range(-1, -1 - len(shape), -1):
             if shape[idx] == common[idx]:
                 continue
             if common[idx] == 1:
+                if shape[idx] < 0:
+                    raise ValueError("Attempting to broadcast a dimension with negative length!")
                 common[idx] = shape[idx]
             if shape[idx] == 1:
                 continue
             if common[idx] != shape[idx]:
                 raise RuntimeError(
                     f"Attempting to broadcast a dimension of length {shape[idx]} at {idx}! "
-                    f"Mismatching argument at index {arg_idx} had {_size(shape)}; but expected "
+                    f"Mismatching argument at index {arg_idx} had {show(shape)}; but expected "
                     f"shape should be broadcastable to {common}"
                 )
     return tuple(common)
+
+
+def public_broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """``torch.broadcast_shapes`` (``torch/functional.py``): ints stand for 1-D shapes, ``None``
+    is skipped, and a mismatch names the shape as it was passed."""
+    shapes = tuple((s,) if isinstance(s, int) else s for s in shapes if s is not None)
+    for shape in shapes:
+        if not isinstance(shape, Sequence):
+            raise RuntimeError(
+                "Input shapes should be of type ints, a tuple of ints, or a list of ints, got "
+                f"{shape}"
+            )
+    return broadcast_shapes(*shapes, show=repr)
 
 
 def _expanded_strides(t, shape) -> list[int]:
