@@ -486,7 +486,10 @@ def mean(x, dim=None, keepdim=False):
             + (f"torch.{x.dtype.name}" if x.device == "meta" else x.dtype.scalar_name)
         )
     _, _, inner, _ = _reduce_layout(x, dim, keepdim, "mean")
-    return div(sum(x, dim, keepdim), inner)  # sum, then divide: ATen's mean_out does the same
+    # sum, then divide in place, as ATen's mean_out: `at::sum_out(result, ...).div_(dim_prod)`
+    # (so the result keeps the sum's contiguous layout, also where it has no elements)
+    result = sum(x, dim, keepdim)
+    return div(result, inner, out=result)
 
 
 def _max_impl(x, dim, keepdim, name):
