@@ -176,18 +176,26 @@ def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?
     """Display a comparison table: one row per (what, ours, torch[, equal]), then a verdict.
 
     Rows of three are compared exactly with :func:`same`; a fourth element overrides the verdict
-    (for comparisons within a stated tolerance: say the tolerance in ``what``). In the book
-    the table is HTML whose cells wrap, so long values (error messages) are shown whole.
+    (for comparisons within a stated tolerance: say the tolerance in ``what``; or for checks
+    whose columns are not meant to be equal). The last line says "all equal" only when every
+    row was compared exactly, else "all as expected". In the book the table is HTML whose
+    cells wrap, so long values (error messages) are shown whole.
     """
     from IPython.display import display
 
-    table = []
+    table, exact = [], True
     for row in rows:
         what, ours, theirs, *verdict = row
+        exact = exact and not verdict
         ok = verdict[0] if verdict else same(ours, theirs)
         table.append((str(what), _fmt(ours), _fmt(theirs), "yes" if ok else "NO"))
     differ = sum(r[3] != "yes" for r in table)
-    verdict = f"-> {len(table)} comparisons, " + (f"{differ} DIFFER" if differ else "all equal")
+    if exact:
+        verdict = f"-> {len(table)} comparisons, " + (f"{differ} DIFFER" if differ else "all equal")
+    else:
+        verdict = f"-> {len(table)} checks, " + (
+            f"{differ} NOT as expected" if differ else "all as expected"
+        )
     display(Comparison(headers, table, verdict))
 
 

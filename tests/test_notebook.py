@@ -101,6 +101,24 @@ def test_side_by_side_shows_long_values_whole_and_escapes_html(capsys):
     assert text.endswith("-> 2 comparisons, 1 DIFFER")
 
 
+def test_side_by_side_says_equal_only_when_every_row_was_compared_exactly():
+    import IPython.display
+
+    shown = []
+    orig, IPython.display.display = IPython.display.display, shown.append
+    try:
+        notebook.side_by_side([("same", 1, 1), ("count", 0, 36, True)])
+        notebook.side_by_side([("same", 1, 1), ("count", 0, 36, False)])
+        notebook.side_by_side([("same", 1, 1), ("also", 2, 2)])
+    finally:
+        IPython.display.display = orig
+    assert [t.verdict for t in shown] == [
+        "-> 2 checks, all as expected",
+        "-> 2 checks, 1 NOT as expected",
+        "-> 2 comparisons, all equal",
+    ]
+
+
 def test_same_requires_dtype_and_values():
     assert notebook.same(torch.tensor([1.0]), torch.tensor([1.0]))
     assert not notebook.same(torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0]))
