@@ -177,8 +177,8 @@ def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?
 
     Rows of three are compared exactly with :func:`same`; a fourth element overrides the verdict
     (for comparisons within a stated tolerance: say the tolerance in ``what``; or for checks
-    whose columns are not meant to be equal). The last line says "all equal" only when every
-    row was compared exactly, else "all as expected". In the book the table is HTML whose
+    whose columns are not meant to be equal). When no row differs, the last line says "all
+    equal" only if every row was compared exactly, else "all as expected". In the book the table is HTML whose
     cells wrap, so long values (error messages) are shown whole.
     """
     from IPython.display import display
@@ -190,11 +190,11 @@ def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?
         ok = verdict[0] if verdict else same(ours, theirs)
         table.append((str(what), _fmt(ours), _fmt(theirs), "yes" if ok else "NO"))
     differ = sum(r[3] != "yes" for r in table)
-    if exact:
-        verdict = f"-> {len(table)} comparisons, " + (f"{differ} DIFFER" if differ else "all equal")
+    if differ:
+        verdict = f"-> {len(table)} comparisons, {differ} DIFFER"
     else:
-        verdict = f"-> {len(table)} checks, " + (
-            f"{differ} NOT as expected" if differ else "all as expected"
+        verdict = f"-> {len(table)} " + (
+            "comparisons, all equal" if exact else "checks, all as expected"
         )
     display(Comparison(headers, table, verdict))
 

@@ -114,7 +114,7 @@ def test_side_by_side_says_equal_only_when_every_row_was_compared_exactly():
         IPython.display.display = orig
     assert [t.verdict for t in shown] == [
         "-> 2 checks, all as expected",
-        "-> 2 checks, 1 NOT as expected",
+        "-> 2 comparisons, 1 DIFFER",
         "-> 2 comparisons, all equal",
     ]
 
