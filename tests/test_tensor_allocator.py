@@ -29,6 +29,7 @@ from retorch.tensor.allocator import (
     kRoundLarge,
     kSmallBuffer,
     kSmallSize,
+    random_trace,
     record_trace,
     replay,
     round_size,
@@ -704,18 +705,11 @@ def test_plot_timeline_draws_reserved_allocated_and_fragmentation():
 
 
 def random_trace_and_mlp_step() -> list:
-    """300 random allocations and frees of 1 B to 48 MiB, then one recorded MLP step."""
-    rng = np.random.default_rng(0)
-    trace, live, next_id = [], [], 0
-    for _ in range(300):
-        if live and rng.random() < 0.45:
-            trace.append(("free", live.pop(int(rng.integers(len(live))))))
-        else:
-            scale = [4096, MiB, 12 * MiB, 48 * MiB][int(rng.integers(4))]
-            trace.append(("alloc", next_id, int(rng.integers(1, scale))))
-            live.append(next_id)
-            next_id += 1
-    trace += [("free", i) for i in live]
+    """300 random allocations and frees of 1 B to 48 MiB, the frees of what is left, then one
+    recorded MLP step."""
+    trace = random_trace(300, seed=0)
+    freed = {e[1] for e in trace if e[0] == "free"}
+    trace += [("free", e[1]) for e in trace if e[0] == "alloc" and e[1] not in freed]
     step = record_trace(mlp_training_step())
     return trace + [(e[0], ("mlp", e[1]), *e[2:]) for e in step]
 

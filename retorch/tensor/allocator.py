@@ -929,19 +929,41 @@ def record_trace(fn, *args, **kwargs) -> Trace:
     return trace
 
 
+def random_trace(events: int = 300, seed: int = 0) -> Trace:
+    """``events`` random requests and frees: each event frees a live allocation with probability
+    0.45 (when one is live), else requests 1 byte up to 4 KiB, 1 MiB, 12 MiB or 48 MiB (each
+    bound equally likely), so that both pools, splits and merges all occur. Allocations still
+    live at the end get no "free"."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    trace, live, next_id = Trace(), [], 0
+    for _ in range(events):
+        if live and rng.random() < 0.45:
+            trace.append(("free", live.pop(int(rng.integers(len(live))))))
+        else:
+            bound = [4096, 2**20, 12 * 2**20, 48 * 2**20][int(rng.integers(4))]
+            trace.append(("alloc", next_id, int(rng.integers(1, bound))))
+            live.append(next_id)
+            next_id += 1
+    return trace
+
+
 @dataclass
 class Timeline:
     """The allocator's state after each event of a replayed trace (one entry per event).
 
     ``fragmentation`` is external fragmentation of the cache: 1 - (largest cached free block /
     all cached free bytes), 0 when nothing is cached; ``inactive_split`` is torch's
-    ``inactive_split_bytes.all.current`` (free bytes in segments that cannot be released).
+    ``inactive_split_bytes.all.current`` (free bytes in segments that cannot be released) and
+    ``inactive_split_blocks`` its ``inactive_split.all.current`` (how many such free blocks).
     """
 
     events: list
     allocated: list[int] = field(default_factory=list)
     reserved: list[int] = field(default_factory=list)
     inactive_split: list[int] = field(default_factory=list)
+    inactive_split_blocks: list[int] = field(default_factory=list)
     largest_free: list[int] = field(default_factory=list)
     fragmentation: list[float] = field(default_factory=list)
     allocator: CUDACachingAllocator | None = field(default=None, repr=False)
@@ -952,6 +974,7 @@ class Timeline:
         self.allocated.append(allocator.memory_allocated())
         self.reserved.append(allocator.memory_reserved())
         self.inactive_split.append(allocator.stats.inactive_split_bytes[0].current)
+        self.inactive_split_blocks.append(allocator.stats.inactive_split[0].current)
         self.largest_free.append(largest)
         self.fragmentation.append(1 - largest / cached if cached else 0.0)
 
