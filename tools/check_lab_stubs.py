@@ -62,8 +62,15 @@ def check_lab(path: Path) -> tuple[list[str], int]:
     return problems, checks
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """Check every lab, or only those named (``04_tensor_lab`` or ``labs/04_tensor_lab.ipynb``)."""
     labs = sorted((ROOT / "labs").glob("*.ipynb"))
+    if argv:
+        wanted = {Path(a).stem for a in argv}
+        labs = [lab for lab in labs if lab.stem in wanted]
+        if len(labs) != len(wanted):
+            print(f"no such lab among {sorted(wanted)}")
+            return 1
     all_problems, total = [], 0
     for lab in labs:
         t0 = time.perf_counter()
@@ -85,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
