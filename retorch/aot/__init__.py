@@ -20,7 +20,14 @@ retorch.fx only.
 from .aot_autograd import AOTCompiled, aot_function
 from .functional_utils import functionalize
 from .graph_capture import JointGraph, trace_joint
-from .partitioners import RECOMPUTABLE_OPS, default_partition, recompute_partition, saved_values
+from .partitioners import (
+    RECOMPUTABLE_OPS,
+    ban_reasons,
+    default_partition,
+    recompute_partition,
+    saved_values,
+)
 
-__all__ = ["AOTCompiled", "JointGraph", "RECOMPUTABLE_OPS", "aot_function", "default_partition",
+__all__ = ["AOTCompiled", "JointGraph", "RECOMPUTABLE_OPS", "aot_function", "ban_reasons",
+           "default_partition",
            "functionalize", "recompute_partition", "saved_values", "trace_joint"]  # fmt: skip

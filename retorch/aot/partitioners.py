@@ -15,20 +15,37 @@ Mirrors torch/_functorch/partitioners.py at torch v2.13.0:
 
 How `recompute_partition` differs from torch's min-cut: torch builds a flow network over the
 joint graph (a node's capacity is the bytes of its output, infinite for nodes banned from
-recomputation) and saves a minimum cut between the primals and the backward's needs, with
-many heuristics on top (fusible ops, chain lengths, reductions, `ban_recompute_*` flags,
-a memory budget). The rebuild starts from the default partition's saved set and walks the
-forward backwards, once: a *cheap* node (an arithmetic pointwise op or an alias, the
-`RECOMPUTABLE_OPS` below; never a transcendental, a reduction, a matmul or a primal) stops
-being saved and is recomputed in the backward from its inputs when that does not increase the
-saved bytes nor the number of saved tensors. Ties are taken: a move that neither saves nor
-costs (GELU's `add_1 = tanh + 1`: save `tanh` instead) opens the way for later ones that do;
-taking strict gains only, GELU would save 3 (`primals_1`, `detach`, `add_1`), not 2. A second
-pass, in forward order, saves again each recomputed node whose saving costs nothing more, so
-that no op is recomputed for no gain (`relu` after a matmul stays saved). It is greedy (one
-node at a time), so it may miss a cut that only pays after several moves; it never saves more
-than the default. The allowlist matters: with `tanh` allowed, GELU would save `primals_1` alone
-and recompute the whole chain; torch's min-cut (and this rule) save `primals_1` and `tanh`.
+recomputation) and saves a minimum cut between the primals and the backward's needs. The
+rebuild keeps torch's *bans* (`should_ban_recomputation` in `solve_min_cut`, below as
+`ban_reason`) and replaces the cut by a greedy walk. The bans, in torch's order:
+
+- "not in recomputable allowlist": the op is not in `RECOMPUTABLE_OPS`, a subset of torch's
+  `get_default_op_list().recomputable_ops` (pointwise arithmetic, aliases, and pointwise
+  transcendentals: `tanh` and `exp` are recomputable in torch too). Torch's list also holds
+  reductions, which it then bans as "reduction op" when the output is 4x smaller than the
+  inputs; the rebuild leaves reductions out of the list instead.
+- "materialized in backward" (torch's `ban_recompute_materialized_backward`, on by default):
+  a node read, directly or through views, by a node the forward outputs do not need whose op
+  is not fusible (`is_materialized_backwards`). Recomputing it would not be free: the
+  backward would have to write it to memory anyway. In the joint graph that
+  `functorch.compile.aot_function` traces without decompositions, GELU's `tanh` is read by
+  `detach` (saved for `tanh_backward`), an op torch does not list as fusible: so `tanh` is
+  banned and saved. With Inductor's decompositions (what `torch.compile` traces) the
+  `detach` becomes `alias`, a view, whose readers are fusible: nothing bans `tanh`, and torch
+  saves `primals_1` alone. The rebuild traces without decompositions and shows the first case.
+
+The greedy walk: start from the default partition's saved set and walk the forward
+backwards, once: a recomputable node that no ban holds stops being saved and is recomputed in
+the backward from its inputs when that does not increase the saved bytes nor the number of
+saved tensors. Ties are taken: a move that neither saves nor costs (GELU's
+`add_1 = tanh + 1`: save `tanh` instead) opens the way for later ones that do; taking strict
+gains only, GELU would save 3 (`primals_1`, `detach`, `add_1`), not 2. A second pass, in
+forward order, saves again each recomputed node whose saving costs nothing more, so that no op
+is recomputed for no gain (`relu` after a matmul stays saved). It is greedy (one node at a
+time), so it may miss a cut that only pays after several moves; it never saves more than the
+default. Turn the materialized-in-backward ban off (`ban_recompute_materialized_backward=False`,
+torch's config of that name) and both torch and the rebuild save `primals_1` alone for GELU,
+recomputing `tanh` in the backward.
 """
 
 import operator
@@ -39,13 +56,27 @@ from ..fx import Graph, GraphModule
 
 aten = torch.ops.aten
 
-#: Ops the recompute partitioner may move to the backward: cheap pointwise arithmetic and
-#: aliases. torch's `get_default_op_list().recomputable_ops` also holds transcendental ops
-#: (`tanh`, `exp`), reductions and more; its min-cut decides among them by size.
-RECOMPUTABLE_OPS = {
+#: Views: torch's `get_default_op_list().view_ops` (never banned, followed through by
+#: `is_materialized_backwards`).
+VIEW_OPS = {aten.alias, aten.view, aten.t, aten.unsqueeze, aten.squeeze, aten.expand,
+            aten.permute, aten.select, aten.slice}  # fmt: skip
+
+#: Ops the recompute partitioner may move to the backward, each in torch's
+#: `get_default_op_list().recomputable_ops`: pointwise arithmetic and transcendentals, views.
+#: Torch's list also holds reductions (`sum`, `amax`, `var_mean`), which the rebuild leaves out.
+RECOMPUTABLE_OPS = VIEW_OPS | {
     aten.add, aten.sub, aten.mul, aten.div, aten.neg, aten.relu, aten.clamp, aten.where,
-    aten.detach, aten.alias, aten.view, aten.t, aten.unsqueeze, aten.squeeze, aten.expand,
+    aten.tanh, aten.exp, aten.log, aten.sin, aten.cos, aten.sigmoid, aten.sqrt, aten.rsqrt,
+    aten.reciprocal, aten.abs, aten.pow, aten.tanh_backward, aten.sigmoid_backward,
 }  # fmt: skip
+
+#: Torch's `fusible_ops` (recomputable ops plus random ones). `detach` is in neither: a
+#: node that a `detach` reads in the backward is "materialized in backward".
+FUSIBLE_OPS = RECOMPUTABLE_OPS
+
+#: Ops the rebuild treats as aliases when it walks the forward (moved with the view they
+#: make), though torch bans them ("Ops banned from re-materialization: aten.detach").
+ALIAS_OPS = {aten.detach}
 
 
 class _InvalidNode:
@@ -139,9 +170,62 @@ def default_partition(joint_module, _joint_inputs=None, *, num_fwd_outputs):
     return _extract_fwd_bwd_modules(joint_module, saved, num_fwd_outputs=num_fwd_outputs)
 
 
+def _packet(node):
+    return getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
+
+
 def _is_recomputable(node) -> bool:
-    target = getattr(node.target, "overloadpacket", None)
-    return node.op == "call_function" and target in RECOMPUTABLE_OPS
+    return _packet(node) in RECOMPUTABLE_OPS | ALIAS_OPS
+
+
+def _required_fw(joint_module, num_fwd_outputs: int) -> set:
+    """Nodes the forward outputs need (torch's `NodeInfo.required_fw_nodes`)."""
+    outputs = joint_module.graph.output_node().args[0][:num_fwd_outputs]
+    needed, stack = set(), [o for o in outputs if o is not None]
+    while stack:
+        n = stack.pop()
+        if n not in needed:
+            needed.add(n)
+            stack.extend(n.all_input_nodes)
+    return needed
+
+
+def _is_materialized_backwards(node, required_fw) -> bool:
+    """A reader outside the forward's needs, reached through views, is not fusible with it."""
+    if _packet(node) in VIEW_OPS:
+        return False
+    todo, seen = [node], set()
+    while todo:
+        cur = todo.pop()
+        seen.add(cur)
+        for user in cur.users:
+            fusible = _packet(cur) in FUSIBLE_OPS and _packet(user) in FUSIBLE_OPS
+            if user not in required_fw and not fusible:
+                return True
+            if _packet(user) in VIEW_OPS and user not in seen:
+                todo.append(user)
+    return False
+
+
+def ban_reason(node, required_fw, *, ban_recompute_materialized_backward=True):
+    """Why `node` may not be recomputed, in the words of torch's `should_ban_recomputation`."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return None
+    if _packet(node) in VIEW_OPS:
+        return None
+    if not _is_recomputable(node):
+        return "not in recomputable allowlist"
+    if ban_recompute_materialized_backward and _is_materialized_backwards(node, required_fw):
+        return "materialized in backward"
+    return None
+
+
+def ban_reasons(joint_module, num_fwd_outputs: int, **options) -> dict:
+    """{node name: reason} for each forward node the forward outputs need that is banned."""
+    required = _required_fw(joint_module, num_fwd_outputs)
+    reasons = {n.name: ban_reason(n, required, **options)
+               for n in joint_module.graph.nodes if n in required}  # fmt: skip
+    return {name: r for name, r in reasons.items() if r is not None}
 
 
 def _saved_set(forward, anchors, backward_reads) -> list:
@@ -167,16 +251,27 @@ def _cost(saved) -> tuple:
     return sum(_size_of(n) for n in saved), len(saved)
 
 
-def recompute_partition(joint_module, _joint_inputs=None, *, num_fwd_outputs):
-    """Recompute cheap pointwise forward ops in the backward where that saves memory."""
+def recompute_partition(
+    joint_module, _joint_inputs=None, *, num_fwd_outputs, ban_recompute_materialized_backward=True
+):
+    """Recompute cheap pointwise forward ops in the backward where that saves memory.
+
+    A node that torch's bans hold (`ban_reason`) stays saved; the keyword is torch's config
+    `torch._functorch.config.ban_recompute_materialized_backward`.
+    """
     forward_nodes = _forward_nodes(joint_module)
     forward = dict.fromkeys(forward_nodes)
     backward_reads = {a for n in joint_module.graph.nodes if n not in forward and n.op != "output"
                       for a in n.all_input_nodes if a in forward}  # fmt: skip
+    required = _required_fw(joint_module, num_fwd_outputs)
     anchors = set(_save_candidates(forward_nodes))
     saved = _saved_set(forward, anchors, backward_reads)
     for node in reversed(forward_nodes):  # 1: stop saving a cheap node where that is free
         if node not in anchors or not _is_recomputable(node):
+            continue
+        if node in required and ban_reason(
+            node, required, ban_recompute_materialized_backward=ban_recompute_materialized_backward
+        ):
             continue
         trial = anchors - {node}
         trial_saved = _saved_set(forward, trial, backward_reads)
