@@ -89,6 +89,37 @@ class _Comparisons:
                 hint,
             )
 
+    def tensor_like(
+        self,
+        got,
+        expected: torch.Tensor,
+        what: str,
+        hint: str,
+        rtol: float = 0.0,
+        atol: float = 0.0,
+        strides: bool = False,
+    ):
+        """``got`` is a tensor like ``expected``: the same dtype, device and shape (and strides,
+        if asked), then the same values within ``rtol``/``atol`` (exactly when both are 0).
+        Unlike :meth:`close`, a result of the wrong dtype or device fails here; a meta tensor
+        has no values, so only its metadata is compared."""
+        self.count += 1
+        if not isinstance(got, torch.Tensor):
+            self._fail(what + " should be a torch.Tensor", expected, got, hint)
+        for prop in ("dtype", "device", "shape") + (("stride",) if strides else ()):
+            want, have = getattr(expected, prop), getattr(got, prop)
+            want, have = (want(), have()) if prop == "stride" else (want, have)
+            if want != have:
+                self._fail(f"{what} has the wrong {prop}", want, have, hint)
+        if expected.is_meta:
+            return
+        if rtol == 0 and atol == 0:
+            if not torch.equal(got, expected):
+                self._fail(what + " has the wrong values", expected, got, hint)
+        else:
+            self.count -= 1
+            self.close(got, expected, what, hint, rtol=rtol, atol=atol)
+
     def raises(self, fn: Callable[[], Any], exc_type: type[BaseException], what: str, hint: str):
         """``fn()`` must raise ``exc_type`` (what torch raises for the same misuse)."""
         self.count += 1

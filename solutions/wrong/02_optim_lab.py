@@ -24,6 +24,8 @@ p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
 """
 
 _FOREACH = """\
+if not params:
+    return
 torch._foreach_mul_(ms, beta1)
 torch._foreach_add_(ms, grads, alpha=1 - beta1)
 torch._foreach_mul_(vs, beta2)
@@ -356,7 +358,7 @@ WRONG["ex4_adam_foreach"] += [
     ),
     (
         "no guard for a step where no parameter has a gradient (empty lists)",
-        _FOREACH,  # the foreach ops raise on empty lists
+        _FOREACH.replace("if not params:\n    return\n", ""),  # the foreach ops refuse []
     ),
 ]
 
@@ -421,5 +423,153 @@ WRONG["ex6_cosine_lr"] += [
     (
         "a linear decay instead of the cosine",
         "return base_lr - (base_lr - eta_min) * epoch / T_max",
+    ),
+]
+
+# Third review (issue 27): the kinds an outside trial found slipping through checks that compared
+# values only on one visible example: wrong dtype or device, the version counter bypassed, a step
+# skipped on an all-zero gradient, non-contiguous parameters, constants copied from the check.
+WRONG["ex1_sgd_step"] += [
+    (
+        "momentum hard-coded as 0.9, the value of the visible example",
+        _SGD.replace("buf.mul_(momentum)", "buf.mul_(0.9)").replace("alpha=momentum", "alpha=0.9"),
+    ),
+    (
+        "the buffer made with torch.zeros(grad.shape): float32 on the CPU, whatever the parameter",
+        _SGD.replace("buf = grad.clone()", "buf = torch.zeros(grad.shape).add_(grad)"),
+    ),
+    (
+        "p changed through p.data, which the version counter does not see",
+        _SGD.replace("p.add_(direction, alpha=-lr)", "p.data.add_(direction, alpha=-lr)"),
+    ),
+    (
+        "nothing done at a step whose gradient is all zeros (momentum and decay still move p)",
+        "if not grad.any():\n    return buf\n" + _SGD,
+    ),
+    (
+        "lr hard-coded as 0.1, the value of the visible example",
+        _SGD.replace("p.add_(direction, alpha=-lr)", "p.add_(direction, alpha=-0.1)"),
+    ),
+]
+
+WRONG["ex2_adam_step"] += [
+    (
+        "p changed through p.data, which the version counter does not see",
+        _ADAM.replace("p.sub_(", "p.data.sub_("),
+    ),
+    (
+        "nothing done at a step whose gradient is all zeros (the moments still decay, p moves)",
+        "if not grad.any():\n    return\n" + _ADAM,
+    ),
+    (
+        "t made a float32 tensor, as torch's state['step']: the bias corrections lose precision",
+        "t = torch.tensor(float(t))\n" + _ADAM,
+    ),
+    (
+        "works on flattened views (p.view(-1)), which a transposed parameter does not allow",
+        "p, grad, m, v = p.view(-1), grad.view(-1), m.view(-1), v.view(-1)\n" + _ADAM,
+    ),
+]
+
+WRONG["ex3_adamw_step"] += [
+    (
+        "Adam called with its default betas and eps instead of those given",
+        "p.mul_(1 - lr * weight_decay)\nadam_step(p, grad, m, v, t, lr, 0.9, 0.999, 1e-8)",
+    ),
+    (
+        "the decay applied through p.data, which the version counter does not see",
+        "p.data.mul_(1 - lr * weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+    ),
+    (
+        "the decay factor copied from the visible example (1 - 0.05 * 0.5)",
+        "p.mul_(1 - 0.05 * 0.5)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+    ),
+    (
+        "the decay factor made a float32 tensor (torch.tensor), rounded for float64 parameters",
+        "p.mul_(torch.tensor(1 - lr * weight_decay))\n"
+        "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
+    ),
+]
+
+WRONG["ex4_adam_foreach"] += [
+    (
+        "betas hard-coded as Adam's defaults (0.9, 0.999), the values of the visible example",
+        _FOREACH.replace("beta1", "0.9").replace("beta2", "0.999"),
+    ),
+    (
+        "the parameters updated through .data, which their version counters do not see",
+        _FOREACH.replace(
+            "torch._foreach_addcdiv_(params,", "torch._foreach_addcdiv_([p.data for p in params],"
+        ),
+    ),
+    (
+        "step sizes passed as a float32 tensor, rounded for float64 parameters",
+        _FOREACH.replace(
+            "step_sizes = [-lr / (1 - beta1**t) for t in steps]",
+            "step_sizes = torch.tensor([-lr / (1 - beta1**t) for t in steps])",
+        ),
+    ),
+    (
+        "works on flattened views (p.view(-1)), which a transposed parameter does not allow",
+        "params, grads = [p.view(-1) for p in params], [g.view(-1) for g in grads]\n"
+        "ms, vs = [m.view(-1) for m in ms], [v.view(-1) for v in vs]\n" + _FOREACH,
+    ),
+]
+
+WRONG["ex5_state_dict"] += [
+    (
+        "unpack converts the dtype only: state stays on the CPU for a parameter elsewhere",
+        [
+            None,
+            _UNPACK.replace("v.to(dtype=p.dtype, device=p.device)", "v.to(dtype=p.dtype)"),
+        ],
+    ),
+    (
+        "unpack moves 'step' to the parameter's device too (torch keeps it where it was saved)",
+        [
+            None,
+            _UNPACK.replace(
+                'v if k == "step" else', 'v.to(device=p.device) if k == "step" else'
+            ),
+        ],
+    ),
+    (
+        "unpack writes the current parameters into the saved groups (changes the state_dict)",
+        [
+            None,
+            _UNPACK.replace(
+                'groups = [dict(saved_group, params=group["params"])\n'
+                '          for group, saved_group in zip(param_groups, state_dict["param_groups"])]',
+                'groups = state_dict["param_groups"]\n'
+                "for group, saved_group in zip(param_groups, groups):\n"
+                '    saved_group["params"] = group["params"]',
+            ),
+        ],
+    ),
+    (
+        "pack gives positions as 0-dim tensors (list(torch.arange(...))), not ints",
+        [
+            _PACK.replace(
+                'list(range(start, start + len(group["params"])))',
+                'list(torch.arange(start, start + len(group["params"])))',
+            ),
+            None,
+        ],
+    ),
+]
+
+WRONG["ex6_cosine_lr"] += [
+    (
+        "T_max hard-coded as 20, the value of the visible example",
+        "return eta_min + (base_lr - eta_min) * (1 + math.cos(math.pi * epoch / 20)) / 2",
+    ),
+    (
+        "eta_min hard-coded as 0.01, the value of the visible example",
+        "return 0.01 + (base_lr - 0.01) * (1 + math.cos(math.pi * epoch / T_max)) / 2",
+    ),
+    (
+        "returns a 0-dim float64 tensor, not a float",
+        "c = torch.cos(torch.tensor(math.pi * epoch / T_max, dtype=torch.float64))\n"
+        "return eta_min + (base_lr - eta_min) * (1 + c) / 2",
     ),
 ]
