@@ -1,8 +1,8 @@
 """Functions captured by retorch.dynamo and torch._dynamo side by side (tests/test_dynamo.py).
 
-Each entry: name, function, a function making its arguments from a seed, and `torch_agrees`:
-False where torch captures what the rebuild breaks on (a `with` block, an f-string), with the
-kinds of break the rebuild reports instead.
+Each entry: name, function, and `torch_agrees`: False where torch captures what the rebuild
+does not (a `with` block; a graph break in a function with cell variables; a write into a dict
+the caller passed), with what the rebuild reports instead: (graph count, kinds of break).
 """
 
 import torch
@@ -108,6 +108,95 @@ def fstring(x, y):
     return z * len(s)
 
 
+def print_kwargs(x, y):
+    z = x + y
+    print("between", "the graphs", sep=" | ", end=" ")
+    return z * 2
+
+
+def make_closure():
+    k = torch.full((4, 4), 0.5)
+
+    def uses_closure(x, y):
+        return x * k + y
+
+    return uses_closure
+
+
+uses_closure = make_closure()
+
+
+def defines_closure(x, y):
+    def inner(a):
+        return a * y
+
+    return inner(x) + 1
+
+
+def lambda_default(x, y):
+    f = lambda a, b=3: a * b + y  # noqa: E731 - the lambda is the point
+    return f(x) - f(y, b=2)
+
+
+def list_comprehension(x, y):
+    return torch.stack([t * 2 for t in (x, y)]).sum(0)
+
+
+def generator_expression(x, y):
+    return sum(t * 2 for t in (x, y))
+
+
+def dict_of_tensors(x, y):
+    d = {"a": x + 1, "b": y * 2}
+    return d["a"] - d["b"]
+
+
+def dict_comprehension(x, y):
+    d = {k: torch.sin(v) for k, v in zip("ab", (x, y))}
+    d["c"] = d["a"] * d["b"]
+    return sum(d.values()), len(d), "c" in d
+
+
+def nonlocal_counter(x, y):
+    acc = x
+
+    def add(v):
+        nonlocal acc
+        acc = acc + v
+
+    add(y)
+    add(y)
+    return acc
+
+
+def closure_then_break(x, y):
+    def inner(a):
+        return a * y
+
+    z = inner(x)
+    print("break")
+    return inner(z) + 1
+
+
+def writes_into_input_dict(x, y):
+    d = {"x": x}
+    _store(d, y)
+    return d["x"] + d["y"]
+
+
+def _store(d, y):
+    d["y"] = torch.cos(y)
+
+
+LOG = []
+
+
+def appends_to_a_global_list(x, y):
+    z = x * y
+    LOG.append(z.shape)
+    return z + 1
+
+
 def args_4x4(seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
@@ -131,7 +220,19 @@ CORPUS = {
         (calls_helper, True, None),
         (shapes, True, None),
         (unpack, True, None),
-        (with_block, False, ["call", "opcode"]),
-        (fstring, False, ["opcode"]),
+        (fstring, True, None),
+        (print_kwargs, True, None),
+        (uses_closure, True, None),
+        (defines_closure, True, None),
+        (lambda_default, True, None),
+        (list_comprehension, True, None),
+        (generator_expression, True, None),
+        (dict_of_tensors, True, None),
+        (dict_comprehension, True, None),
+        (nonlocal_counter, True, None),
+        (writes_into_input_dict, True, None),
+        (with_block, False, (1, ["call", "opcode"])),
+        (closure_then_break, False, (0, [])),
+        (appends_to_a_global_list, False, (2, ["call"])),
     ]
 }

@@ -122,3 +122,42 @@ def test_steps_cover_every_proxy_path():
     reflected = rfx.symbolic_trace(chain([4])).graph  # 2.0 - v: __rsub__ records sub(2.0, v)
     sub = next(n for n in reflected.nodes if n.target is operator.sub)
     assert sub.args[0] == 2.0 and isinstance(sub.args[1], rfx.Node)
+
+
+# How a traced function may return its values: the code generator must write each back as
+# Python (a 1-tuple keeps its comma, an empty tuple its parentheses, a dict its keys).
+PACKERS = [
+    lambda v, x: v,
+    lambda v, x: (v,),
+    lambda v, x: (v, x),
+    lambda v, x: [v],
+    lambda v, x: {"out": v, "x": (x,)},
+    lambda v, x: ((v,), [x, (v,)]),
+    lambda v, x: (v, None, 3),
+]
+
+
+def _same_structure(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_structure(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(map(_same_structure, a, b))
+    return a == b
+
+
+@given(chains, st.integers(0, len(PACKERS) - 1))
+def test_random_output_structures_generate_torchs_code(steps, k):
+    inner = chain(steps)
+
+    def f(x, y):
+        return PACKERS[k](inner(x, y), x)
+
+    ours, theirs = rfx.symbolic_trace(f), tfx.symbolic_trace(f)
+    assert ours.code == theirs.code
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    assert _same_structure(ours(x, y), f(x, y))
+    assert _same_structure(ours(x, y), theirs(x, y))

@@ -55,7 +55,9 @@ class Reconstructor:
             BaseListVariable,
             BoundMethodVariable,
             ConstantVariable,
+            ConstDictVariable,
             ListIteratorVariable,  # fmt: skip
+            NestedUserFunctionVariable,
             TensorVariable,
             UserMethodVariable,
         )
@@ -74,6 +76,19 @@ class Reconstructor:
                 out.extend(self(v) for v in vt.items)
                 return out
             return tuple(self(v) for v in vt.items)
+        if isinstance(vt, ConstDictVariable):
+            if vt.source is not None:
+                return vt.source.get(self.frame)
+            out = self.memo[id(vt)] = {}
+            out.update((k, self(v)) for k, v in vt.items.items())
+            return out
+        if isinstance(vt, NestedUserFunctionVariable):  # only one without a closure (checked)
+            fn = types.FunctionType(vt.code, vt.f_globals, vt.code.co_name,
+                                    self(vt.defaults) if vt.defaults else None)  # fmt: skip
+            fn.__kwdefaults__ = self(vt.kwdefaults) if vt.kwdefaults else None
+            fn.__qualname__ = vt.code.co_qualname
+            self.memo[id(vt)] = fn
+            return fn
         if isinstance(vt, ListIteratorVariable):
             out = self.memo[id(vt)] = iter([self(v) for v in vt.items[vt.index :]])
             return out
@@ -125,6 +140,33 @@ class CompiledFrame:
             target = inst.offset
         live = [v for v in stack if v is not NULL]
         return self.resume[target](*local_values, *live)
+
+
+def unreconstructible(vts) -> str | None:
+    """What in `vts` the frame cannot rebuild as a Python value: a generator the graph
+    advanced, a cell, a nested function with a closure, an iterator handed to a callee
+    (torch writes bytecode to rebuild these; the rebuild runs such a frame uncompiled)."""
+    from .variables import (
+        CellVariable,
+        GeneratorObjectVariable,
+        ListIteratorVariable,
+        NestedUserFunctionVariable,
+    )
+
+    todo, seen = list(vts), set()
+    while todo:
+        vt = todo.pop()
+        if vt is NULL or vt is None or id(vt) in seen:
+            continue
+        seen.add(id(vt))
+        if isinstance(vt, (GeneratorObjectVariable, CellVariable)):
+            return f"a live {type(vt).__name__} at the break"
+        if isinstance(vt, NestedUserFunctionVariable) and vt.closure is not None:
+            return f"a live closure ({vt.code.co_qualname}) at the break"
+        if isinstance(vt, ListIteratorVariable) and vt.owner is None:
+            return "an iterator handed to a generator"
+        todo.extend(vt.children())
+    return None
 
 
 def _cache_entries(inst) -> int:
@@ -208,6 +250,10 @@ def compile_frame(opt_fn, frame, ctx) -> tuple[GuardManager, CompiledFrame]:
     guards = GuardManager([*output.guards.values(), GRAD_MODE()])
     try:
         action, resume = _plan_resume(tx, inst, err, ctx, fn)
+        kept = [tx.return_value] if err is None else [*tx.stack, *tx.symbolic_locals.values()]
+        why = unreconstructible(kept)
+        if why is not None:
+            raise Unsupported(why, "opcode")
     except Unsupported as e:  # torch: skip_frame; the whole frame runs uncompiled
         ctx.skipped.append(f"{fn.__qualname__}: {e.reason}")
         return guards, CompiledFrame(None, [], [], [], "skip", fn=fn)

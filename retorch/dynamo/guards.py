@@ -100,6 +100,22 @@ class LIST_LENGTH(Guard):
         return f"{self.type.__name__} of length {self.length}"
 
 
+class DICT_KEYS_MATCH(Guard):
+    """A dict of the same type with the same keys in the same order (torch: DICT_KEYS_MATCH)."""
+
+    kind = "DICT_KEYS_MATCH"
+
+    def __init__(self, source, value):
+        super().__init__(source)
+        self.type, self.keys = type(value), list(value)
+
+    def check_value(self, value) -> bool:
+        return type(value) is self.type and list(value) == self.keys
+
+    def detail(self) -> str:
+        return f"{self.type.__name__} with keys {self.keys!r}"
+
+
 class TENSOR_MATCH(Guard):
     """Type, dtype, device, shape, stride and requires_grad, all static (dynamic=False)."""
 

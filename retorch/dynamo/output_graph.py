@@ -87,11 +87,11 @@ class OutputGraph:
                     outs.append(node)
             todo.extend(vt.children())
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        if self.count_calls() == 0:
-            return None, [], placeholders, [], None
+        sources = [self.input_sources[n] for n in placeholders]
+        if self.count_calls() == 0:  # nothing to compile; the inputs still rebuild the values
+            return None, sources, placeholders, [], None
         self.graph.output(tuple(outs))
         gm = GraphModule({}, self.graph)
-        sources = [self.input_sources[n] for n in placeholders]
         example_inputs = [s.get(frame) for s in sources]
         compiled = backend(gm, example_inputs)
         return compiled, sources, placeholders, outs, gm

@@ -15,17 +15,24 @@ The opcode subset (an opcode outside it is a graph break that names it):
          IS_OP CONTAINS_OP UNARY_NEGATIVE UNARY_POSITIVE UNARY_INVERT UNARY_NOT BUILD_TUPLE
          BUILD_LIST LIST_APPEND LIST_EXTEND LIST_TO_TUPLE UNPACK_SEQUENCE POP_TOP COPY SWAP
          GET_ITER FOR_ITER JUMP_FORWARD JUMP_BACKWARD JUMP_BACKWARD_NO_INTERRUPT RETURN_VALUE
+         MAKE_FUNCTION MAKE_CELL LOAD_CLOSURE STORE_DEREF BUILD_MAP BUILD_CONST_KEY_MAP MAP_ADD
+         DICT_UPDATE FORMAT_VALUE BUILD_STRING; in an inlined generator RETURN_GENERATOR and
+         YIELD_VALUE
   3.11:  POP_JUMP_{FORWARD,BACKWARD}_IF_{TRUE,FALSE,NONE,NOT_NONE},
          JUMP_IF_{TRUE,FALSE}_OR_POP
   3.12:  POP_JUMP_IF_{TRUE,FALSE,NONE,NOT_NONE} RETURN_CONST LOAD_FAST_CHECK
          LOAD_FAST_AND_CLEAR END_FOR BINARY_SLICE STORE_SLICE CALL_INTRINSIC_1 (list->tuple, +x)
-Outside it, among others: with/try (BEFORE_WITH, PUSH_EXC_INFO), BUILD_MAP and dicts,
-MAKE_FUNCTION (lambdas, comprehensions on 3.11), FORMAT_VALUE/BUILD_STRING (f-strings),
-STORE_ATTR, STORE_GLOBAL, IMPORT_NAME, RAISE_VARARGS, YIELD_VALUE. An instruction inside a
-try block's range is never traced: the rest of the frame runs in Python from there.
+Outside it, among others: with/try (BEFORE_WITH, PUSH_EXC_INFO), DICT_MERGE (`f(**d)`),
+STORE_ATTR, STORE_GLOBAL, IMPORT_NAME, RAISE_VARARGS, YIELD_VALUE in the traced frame itself.
+An instruction inside a try block's range is never traced: the rest of the frame runs in
+Python from there. Nested functions (closures, lambdas, comprehensions, generator
+expressions) are inlined when called; a frame that holds one, or a generator, or has cell
+variables, when its graph breaks cannot be resumed, and runs uncompiled (torch rebuilds them
+in the resume function).
 """
 
 import builtins
+import copy
 import dis
 import inspect
 import operator
@@ -44,10 +51,14 @@ from .source import (
 from .variables import (
     NULL,
     BaseListVariable,
+    CellVariable,
     ConstantVariable,
+    ConstDictVariable,
+    GeneratorObjectVariable,
     LazyVariable,
     ListIteratorVariable,
     ListVariable,
+    NestedUserFunctionVariable,
     TensorVariable,
     TupleVariable,
     VariableTracker,
@@ -122,6 +133,21 @@ class InstructionTranslatorBase:
             unimplemented(f"opcode {inst.opname} is outside the supported subset", kind="opcode")
         handler(inst)
 
+    def may_mutate(self, container) -> bool:
+        """Whether this frame or a caller being traced built `container` (a list or dict);
+        if so, log its items so that an instruction that fails can take the change back
+        (torch: side_effects.py tracks mutations of objects created during tracing)."""
+        tx = self
+        while tx is not None and container.owner is not tx:
+            tx = getattr(tx, "parent", None)
+        if tx is None:
+            return False
+        root = self
+        while getattr(root, "parent", None) is not None:
+            root = root.parent
+        root.undo_log.append((container, copy.copy(container.items)))
+        return True
+
     def read_local(self, name):
         raise NotImplementedError
 
@@ -163,8 +189,6 @@ class InstructionTranslatorBase:
         del self.symbolic_locals[inst.argval]
 
     def LOAD_CONST(self, inst):
-        if isinstance(inst.argval, types.CodeType):
-            unimplemented("a nested code object (lambda, comprehension)", kind="opcode")
         self.push(ConstantVariable(inst.argval))
 
     def RETURN_CONST(self, inst):
@@ -178,10 +202,43 @@ class InstructionTranslatorBase:
             self.push(NULL)
         self.push(self.load_global(inst.argval))
 
+    # ----- cells and nested functions (torch: MAKE_FUNCTION, LOAD_CLOSURE, *_DEREF)
+    def read_deref(self, name):
+        """A cell of this frame is kept as a symbolic local; a free variable is the closure's."""
+        if name in self.code.co_cellvars:
+            return self.read_local(name)
+        return self.load_closure(name)
+
+    def write_deref(self, name, value):
+        if name in self.code.co_cellvars:
+            self.symbolic_locals[name] = value
+        else:
+            self.store_closure(name, value)
+
+    def store_closure(self, name, value):
+        unimplemented(f"assigning to the free variable {name!r} (a side effect)")
+
+    def MAKE_CELL(self, inst):
+        pass
+
     def LOAD_DEREF(self, inst):
-        if inst.argval not in self.code.co_freevars:
-            unimplemented(f"LOAD_DEREF of cell variable {inst.argval!r}", kind="opcode")
-        self.push(self.load_closure(inst.argval))
+        self.push(self.read_deref(inst.argval))
+
+    def STORE_DEREF(self, inst):
+        self.write_deref(inst.argval, self.pop())
+
+    def LOAD_CLOSURE(self, inst):
+        self.push(CellVariable(self, inst.argval))
+
+    def MAKE_FUNCTION(self, inst):
+        code = self.pop().as_python_constant()
+        closure = self.pop() if inst.arg & 0x08 else None
+        if inst.arg & 0x04:
+            self.pop()  # annotations: not needed to call it
+        kwdefaults = self.pop() if inst.arg & 0x02 else None
+        defaults = self.pop() if inst.arg & 0x01 else None
+        globals_ = self.fn.__globals__
+        self.push(NestedUserFunctionVariable(code, globals_, defaults, kwdefaults, closure))
 
     def LOAD_ATTR(self, inst):
         obj = self.pop()
@@ -247,7 +304,7 @@ class InstructionTranslatorBase:
     def _getitem(self, obj, index):
         if isinstance(obj, TensorVariable):
             return wrap_fx_proxy(self, "call_function", operator.getitem, [obj, index], {})
-        if isinstance(obj, BaseListVariable):
+        if isinstance(obj, (BaseListVariable, ConstDictVariable)):
             return obj.getitem(self, index)
         if obj.is_python_constant() and index.is_python_constant():
             return self._binop(operator.getitem, obj, index)
@@ -260,8 +317,10 @@ class InstructionTranslatorBase:
     def _setitem(self, obj, index, value):
         if isinstance(obj, TensorVariable):
             wrap_fx_proxy(self, "call_function", operator.setitem, [obj, index, value], {})
-        elif isinstance(obj, ListVariable) and obj.source is None and obj.owner is self:
+        elif isinstance(obj, ListVariable) and obj.source is None and self.may_mutate(obj):
             obj.items[index.as_python_constant()] = value
+        elif isinstance(obj, ConstDictVariable):
+            obj.setitem(self, index, value)
         else:
             unimplemented(f"item assignment into {obj}")
 
@@ -304,6 +363,10 @@ class InstructionTranslatorBase:
 
     def CONTAINS_OP(self, inst):
         container, item = self.pop(), self.pop()
+        if isinstance(container, ConstDictVariable):
+            found = container.call_method(self, "__contains__", [item], {}).value
+            self.push(ConstantVariable(found != bool(inst.arg)))
+            return
         if not (item.is_python_constant() and container.is_python_constant()):
             unimplemented(f"`in` on {container}")
         found = item.as_python_constant() in container.as_python_constant()
@@ -357,6 +420,36 @@ class InstructionTranslatorBase:
 
     def LIST_TO_TUPLE(self, inst):
         self.push(TupleVariable(self.pop().unpack(self), owner=self))
+
+    def BUILD_MAP(self, inst):
+        items = self.popn(2 * inst.arg)
+        pairs = {ConstDictVariable.key(k): v for k, v in zip(items[::2], items[1::2])}
+        self.push(ConstDictVariable(pairs, owner=self))
+
+    def BUILD_CONST_KEY_MAP(self, inst):
+        keys = self.pop().as_python_constant()
+        self.push(ConstDictVariable(dict(zip(keys, self.popn(inst.arg))), owner=self))
+
+    def MAP_ADD(self, inst):
+        value, key = self.pop(), self.pop()
+        self.stack[-inst.arg].setitem(self, key, value)
+
+    def DICT_UPDATE(self, inst):
+        other = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [other], {})
+
+    def FORMAT_VALUE(self, inst):
+        spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
+        v = self.pop()
+        if not v.is_python_constant():
+            unimplemented(f"formatting {v} into a string")
+        value = v.as_python_constant()
+        value = {0: lambda x: x, 1: str, 2: repr, 3: ascii}[inst.arg & 0x03](value)
+        self.push(ConstantVariable(format(value, spec)))
+
+    def BUILD_STRING(self, inst):
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
     def UNPACK_SEQUENCE(self, inst):
         items = self.stack[-1].unpack(self)
@@ -444,7 +537,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             if name in frame.f_locals
         }
         super().__init__(code, output, symbolic_locals)
-        self.fn, self.frame = fn, frame
+        self.fn, self.frame, self.parent, self.undo_log = fn, frame, None, []
         self.try_ranges = [(e.start, e.end) for e in dis._parse_exception_table(code)]
 
     def read_local(self, name):
@@ -477,12 +570,15 @@ class InstructionTranslator(InstructionTranslatorBase):
             if self.in_try_block(inst.offset):
                 return inst, Unsupported("a try/with block: the rest runs in Python", "opcode")
             state = (list(self.stack), dict(self.symbolic_locals), self.kw_names, self.ip)
-            checkpoint = self.output.checkpoint()
+            checkpoint, logged = self.output.checkpoint(), len(self.undo_log)
             try:
                 self.step()
             except Unsupported as e:
                 self.stack, self.symbolic_locals, self.kw_names, self.ip = state
                 self.output.restore(checkpoint)
+                for container, items in reversed(self.undo_log[logged:]):
+                    container.items = items
+                del self.undo_log[logged:]
                 return inst, e
             if self.return_value is not None:
                 return inst, None
@@ -493,41 +589,60 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
 
     @classmethod
     def inline_call(cls, parent, fn, fn_source, args, kwargs):
+        closure = None
+        if isinstance(fn, NestedUserFunctionVariable):
+            fn, closure = _function_for_binding(fn), fn
         code = fn.__code__
-        if code.co_flags & (
-            inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-        ):
-            unimplemented(f"inlining generator {fn.__qualname__}", kind="inline")
-        if code.co_cellvars:
-            unimplemented(f"inlining {fn.__qualname__}, which has cell variables", kind="inline")
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            unimplemented(f"inlining coroutine {fn.__qualname__}", kind="inline")
         try:
             bound = inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
             unimplemented(f"calling {fn.__qualname__}: {e}", kind="inline")
         symbolic_locals = {}
         for p in inspect.signature(fn).parameters.values():
+            # a comprehension's iterator argument is `.0`; inspect calls it `implicit0`
+            local = p.name if p.name in code.co_varnames else "." + p.name[len("implicit") :]
             if p.name in bound.arguments:
                 v = bound.arguments[p.name]
                 if p.kind is p.VAR_POSITIONAL:
                     v = TupleVariable(list(v))
                 elif p.kind is p.VAR_KEYWORD:
-                    if v:
-                        unimplemented("inlining a call with **kwargs", kind="inline")
-                    unimplemented("inlining a function taking **kwargs", kind="inline")
+                    v = ConstDictVariable(v)
+            elif isinstance(p.default, _Default):
+                v = p.default.vt
             elif p.default is not p.empty:
                 v = wrap(parent, p.default, None, guard=False)
             else:
                 v = None
             if v is not None:
-                symbolic_locals[p.name] = v
-        tx = cls(parent, fn, fn_source, symbolic_locals)
+                symbolic_locals[local] = v
+        generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        tx = (InliningGeneratorInstructionTranslator if generator else cls)(
+            parent, fn, fn_source, symbolic_locals, closure
+        )
+        # An iterator the caller made (a comprehension's `.0`) is advanced on a copy that the
+        # callee owns; the caller's is synced when the call returns, so a break in between
+        # leaves the caller's untouched.
+        moved = {}
+        for name, v in symbolic_locals.items():
+            if type(v) is ListIteratorVariable and v.owner is parent:
+                moved[name] = v
+                symbolic_locals[name] = ListIteratorVariable(v.items[v.index :], owner=tx)
+        if generator:
+            for v in moved.values():
+                v.owner = None  # given to the generator: the caller may no longer use it
+            return GeneratorObjectVariable(tx, owner=parent)
         while tx.return_value is None:
             tx.step()
+        for name, v in moved.items():
+            v.index += symbolic_locals[name].index
+        _give_to(tx.return_value, tx, parent)
         return tx.return_value
 
-    def __init__(self, parent, fn, fn_source, symbolic_locals):
+    def __init__(self, parent, fn, fn_source, symbolic_locals, closure=None):
         super().__init__(fn.__code__, parent.output, symbolic_locals, parent.depth + 1)
-        self.fn, self.fn_source = fn, fn_source
+        self.fn, self.fn_source, self.closure, self.parent = fn, fn_source, closure, parent
         # torch's own functions (nn.Linear.forward reading F) are not guarded, as in torch.
         self.guarded = not (getattr(fn, "__module__", "") or "").startswith("torch")
 
@@ -544,7 +659,12 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
             unimplemented(f"global {name!r} is not defined", kind="inline")
         return wrap(self, value, source, guard=self.guarded and name in self.fn.__globals__)
 
+    def _cell(self, name):
+        return self.closure.closure.items[self.code.co_freevars.index(name)]
+
     def load_closure(self, name):
+        if self.closure is not None:  # a function made in the traced code: its cells are ours
+            return self._cell(name).get()
         i = self.code.co_freevars.index(name)
         value = self.fn.__closure__[i].cell_contents
         source = None
@@ -552,3 +672,65 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
             cell = GetItemSource(AttrSource(self.fn_source, "__closure__"), i)
             source = AttrSource(cell, "cell_contents")
         return wrap(self, value, source, guard=self.guarded)
+
+    def store_closure(self, name, value):
+        if self.closure is None:
+            super().store_closure(name, value)
+        self._cell(name).set(value)
+
+
+class InliningGeneratorInstructionTranslator(InliningInstructionTranslator):
+    """A generator's frame, stepped from one YIELD_VALUE to the next by its consumer (torch's
+    InliningGeneratorInstructionTranslator with enable_faithful_generator_behavior)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.yielded = None
+
+    def RETURN_GENERATOR(self, inst):
+        self.push(ConstantVariable(None))  # the value the first next() sends; POP_TOP drops it
+
+    def YIELD_VALUE(self, inst):
+        self.yielded = self.pop()
+        self.push(ConstantVariable(None))  # what the yield expression evaluates to
+
+    def run_to_yield(self):
+        """The next yielded value, or None when the generator returns."""
+        while self.return_value is None:
+            self.step()
+            if self.yielded is not None:
+                value, self.yielded = self.yielded, None
+                return value
+        return None
+
+
+class _Default:
+    """A default argument of a nested function, as the VariableTracker it was made from."""
+
+    def __init__(self, vt):
+        self.vt = vt
+
+
+def wrap_const(v):
+    return v if isinstance(v, VariableTracker) else ConstantVariable(v)
+
+
+def _function_for_binding(nested) -> types.FunctionType:
+    """A real function with the nested one's signature, only for inspect.signature().bind."""
+    defaults = tuple(map(_Default, nested.defaults.unpack(None))) if nested.defaults else None
+    cells = tuple(types.CellType() for _ in nested.code.co_freevars)
+    fn = types.FunctionType(nested.code, nested.f_globals, nested.code.co_name, defaults, cells)
+    if nested.kwdefaults is not None:
+        kw = nested.kwdefaults
+        items = kw.items if isinstance(kw, ConstDictVariable) else kw.as_python_constant()
+        fn.__kwdefaults__ = {k: _Default(wrap_const(v)) for k, v in items.items()}
+    fn.__qualname__ = nested.code.co_qualname
+    return fn
+
+
+def _give_to(vt, child, parent) -> None:
+    """Containers a callee built and returned become the caller's to mutate."""
+    if isinstance(vt, (BaseListVariable, ConstDictVariable)) and vt.owner is child:
+        vt.owner = parent
+        for v in vt.children():
+            _give_to(v, child, parent)

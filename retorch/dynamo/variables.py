@@ -2,10 +2,12 @@
 
 Mirrors torch/_dynamo/variables/ at torch v2.13.0, one class per family: base.py
 (VariableTracker), constant.py (ConstantVariable), tensor.py (TensorVariable), lists.py
-(ListVariable, TupleVariable, ListIteratorVariable), torch.py (TorchInGraphFunctionVariable,
-here `TorchVariable`), builtin.py (BuiltinVariable), functions.py (UserFunctionVariable,
-UserMethodVariable), nn_module.py (NNModuleVariable), misc.py (GetAttrVariable, NullVariable)
-and builder.py (`VariableBuilder`, here `wrap`, which installs the guards; `wrap_fx_proxy`,
+(ListVariable, TupleVariable, ListIteratorVariable), dicts.py (ConstDictVariable), torch.py
+(TorchInGraphFunctionVariable, here `TorchVariable`), builtin.py (BuiltinVariable),
+functions.py (UserFunctionVariable, UserMethodVariable, NestedUserFunctionVariable for a
+`def`, lambda or comprehension made inside the traced code, LocalGeneratorObjectVariable),
+misc.py (NewCellVariable, here `CellVariable`; GetAttrVariable, NullVariable), nn_module.py
+(NNModuleVariable) and builder.py (`VariableBuilder`, here `wrap`, which installs the guards; `wrap_fx_proxy`,
 which records a node and computes its example value).
 
 Torch runs every recorded op on fake tensors to learn the result's shape and dtype. Here the
@@ -22,7 +24,7 @@ import types
 import torch
 
 from .exc import Unsupported, unimplemented
-from .guards import CONSTANT_MATCH, ID_MATCH, LIST_LENGTH, TYPE_MATCH, Guard
+from .guards import CONSTANT_MATCH, DICT_KEYS_MATCH, ID_MATCH, LIST_LENGTH, TYPE_MATCH, Guard
 from .source import AttrSource, GetItemSource
 
 CONSTANT_TYPES = (int, float, bool, complex, str, bytes, type(None), type(...), range, slice,
@@ -37,7 +39,8 @@ DATA_DEPENDENT = {"item", "tolist", "numpy", "__bool__", "__index__", "__int__",
 MUTABLE_ATTRS = {"grad", "data", "_base", "grad_fn", "_version"}  # may change under the same guards
 PURE_BUILTINS = {abs, min, max, round, int, float, bool, str, len, divmod, pow, sum, any, all,
                  sorted, tuple, list, range, slice, isinstance, issubclass, type, hash, repr,
-                 complex, reversed, enumerate, zip, chr, ord, getattr, hasattr}  # fmt: skip
+                 complex, reversed, enumerate, zip, chr, ord, getattr, hasattr, dict,
+                 next}  # fmt: skip
 # torch callables that are ops (recorded as call_function nodes); the rest of torch (seeding,
 # saving, settings) has effects a graph must not replay at capture time.
 _OP_MODULES = {"torch.nn.functional", "torch.functional", "torch._C._nn", "torch._C._linalg",
@@ -96,6 +99,9 @@ class VariableTracker:
 
     def truth(self) -> bool:
         unimplemented(f"truth value of {self}", kind="jump")
+
+    def next_variable(self, tx):  # FOR_ITER on an iterator the frame received (a resume)
+        unimplemented(f"iterating {self}, which the traced code did not build", kind="opcode")
 
     def children(self) -> list:
         return []
@@ -170,6 +176,15 @@ class TensorVariable(VariableTracker):
         unimplemented(f"Tensor attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
+        if name == "item":  # torch's words (variables/tensor.py)
+            unimplemented("Unsupported Tensor.item() call with capture_scalar_outputs=False\n"
+                          "  Explanation: Dynamo does not support tracing `Tensor.item()` with "
+                          "config.capture_scalar_outputs=False.")  # fmt: skip
+        if name == "tolist" and (self._example.is_floating_point() or self._example.is_complex()):
+            unimplemented(
+                "Tensor.tolist() with non-integer tensor\n  Explanation: Dynamo "
+                "currently does not support tracing `tolist()` on non-integer tensors."
+            )
         if name in DATA_DEPENDENT:
             unimplemented(f"Unsupported Tensor.{name}() call: its value is data-dependent")
         return wrap_fx_proxy(tx, "call_method", name, [self, *args], kwargs)
@@ -183,7 +198,7 @@ class TensorVariable(VariableTracker):
         ]
 
     def truth(self):
-        unimplemented("generic_jump TensorVariable(): data-dependent control flow", kind="jump")
+        unimplemented("generic_jump TensorVariable()", kind="jump")  # data-dependent control flow
 
 
 class BaseListVariable(VariableTracker):
@@ -211,6 +226,11 @@ class BaseListVariable(VariableTracker):
     def children(self):
         return self.items
 
+    def var_getattr(self, tx, name):
+        if callable(getattr(self.python_type(), name, None)):
+            return BoundMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
     def getitem(self, tx, index: VariableTracker):
         i = index.as_python_constant()
         if isinstance(i, slice):
@@ -231,15 +251,18 @@ class TupleVariable(BaseListVariable):
 
 
 class ListVariable(BaseListVariable):
-    """A list; only the frame that built it may mutate it (inputs and outer lists are shared)."""
+    """A list; the traced code may mutate it only if it built it (the caller's lists are not
+    mutated: torch replays such side effects after the graph, the rebuild breaks instead)."""
 
     def python_type(self):
         return list
 
     def call_method(self, tx, name, args, kwargs):
         if name in ("append", "extend", "insert", "pop", "reverse"):
-            if self.source is not None or self.owner is not tx:
-                unimplemented(f"list.{name} on a list this frame did not build (a side effect)")
+            if self.source is not None or not tx.may_mutate(self):
+                unimplemented(
+                    f"list.{name} on a list the traced code did not build (a side effect)"
+                )
             if kwargs:
                 unimplemented(f"list.{name} with keyword arguments")
             if name == "append":
@@ -278,6 +301,177 @@ class ListIteratorVariable(VariableTracker):
 
     def children(self):
         return self.items[self.index :]
+
+
+class GeneratorObjectVariable(ListIteratorVariable):
+    """A generator made by calling a generator function inside the traced code (torch:
+    LocalGeneratorObjectVariable): each `next` steps its own translator to the next YIELD_VALUE,
+    so its ops interleave with the consumer's, as in eager Python."""
+
+    def __init__(self, gen_tx, owner):
+        super().__init__([], owner)
+        self.gen_tx, self.exhausted = gen_tx, False
+
+    def __repr__(self):
+        return f"GeneratorObjectVariable({self.gen_tx.code.co_qualname})"
+
+    def next_variable(self, tx):
+        if self.owner is not tx:
+            unimplemented("advancing a generator another frame built (a side effect)")
+        if self.exhausted:
+            return None
+        value = self.gen_tx.run_to_yield()
+        self.exhausted = value is None
+        return value
+
+    def unpack(self, tx):
+        items = []
+        while (v := self.next_variable(tx)) is not None:
+            items.append(v)
+        return items
+
+    def children(self):
+        return []
+
+
+class ConstDictVariable(VariableTracker):
+    """A dict with constant keys (torch: variables/dicts.py); only the frame that built it may
+    mutate it, as for lists."""
+
+    def __init__(self, items: dict, source=None, owner=None):
+        self.items, self.source, self.owner = dict(items), source, owner
+
+    def __repr__(self):
+        return f"ConstDictVariable({self.items})"
+
+    def python_type(self):
+        return dict
+
+    def as_python_constant(self):
+        return {k: v.as_python_constant() for k, v in self.items.items()}
+
+    def as_proxy(self):
+        return {k: v.as_proxy() for k, v in self.items.items()}
+
+    def example(self):
+        return {k: v.example() for k, v in self.items.items()}
+
+    def unpack(self, tx):
+        return [ConstantVariable(k) for k in self.items]
+
+    def truth(self):
+        return bool(self.items)
+
+    def children(self):
+        return list(self.items.values())
+
+    def var_getattr(self, tx, name):
+        if callable(getattr(dict, name, None)):
+            return BoundMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
+    @staticmethod
+    def key(k: VariableTracker):
+        if not k.is_python_constant():
+            unimplemented(f"a dict key that is not a constant: {k}")
+        return k.as_python_constant()
+
+    def getitem(self, tx, k):
+        key = self.key(k)
+        if key not in self.items:
+            unimplemented(f"dict has no key {key!r} (a KeyError, raised by Python)")
+        return self.items[key]
+
+    def setitem(self, tx, k, value):
+        if self.source is not None or not tx.may_mutate(self):
+            unimplemented("writing into a dict the traced code did not build (a side effect)")
+        self.items[self.key(k)] = value
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name == "get" and not kwargs:
+            key = self.key(args[0])
+            default = args[1] if len(args) > 1 else ConstantVariable(None)
+            return self.items.get(key, default)
+        if name == "__contains__":
+            return ConstantVariable(self.key(args[0]) in self.items)
+        if name in ("keys", "values", "items") and not args:
+            rows = {"keys": self.unpack(tx), "values": list(self.items.values()),
+                    "items": [TupleVariable([ConstantVariable(k), v])
+                              for k, v in self.items.items()]}[name]  # fmt: skip
+            return TupleVariable(rows)  # a view in Python; here a snapshot, used at once
+        if name == "copy" and not args:
+            return ConstDictVariable(self.items, owner=tx)
+        if name in ("update", "pop", "setdefault", "__setitem__"):
+            if self.source is not None or not tx.may_mutate(self):
+                unimplemented(
+                    f"dict.{name} on a dict the traced code did not build (a side effect)"
+                )
+            if name == "update" and not kwargs and len(args) == 1:
+                other = args[0]
+                if not isinstance(other, ConstDictVariable):
+                    unimplemented(f"dict.update with {other}")
+                self.items.update(other.items)
+                return ConstantVariable(None)
+            if name == "update" and not args:
+                self.items.update(kwargs)
+                return ConstantVariable(None)
+            if name == "__setitem__":
+                self.setitem(tx, args[0], args[1])
+                return ConstantVariable(None)
+            key = self.key(args[0])
+            if name == "setdefault":
+                return self.items.setdefault(
+                    key, args[1] if len(args) > 1 else ConstantVariable(None)
+                )
+            if key in self.items:
+                return self.items.pop(key)
+            if len(args) > 1:
+                return args[1]
+            unimplemented(f"dict.pop of a missing key {key!r}")
+        unimplemented(f"dict.{name}")
+
+
+class CellVariable(VariableTracker):
+    """A cell of a frame being traced (LOAD_CLOSURE), read and written through that frame's
+    symbolic locals when a nested function runs (torch: NewCellVariable and side_effects)."""
+
+    def __init__(self, tx, name: str):
+        self.tx, self.name = tx, name
+
+    def __repr__(self):
+        return f"CellVariable({self.name})"
+
+    def get(self):
+        return self.tx.read_deref(self.name)
+
+    def set(self, value):
+        self.tx.write_deref(self.name, value)
+
+
+class NestedUserFunctionVariable(VariableTracker):
+    """A function made by MAKE_FUNCTION inside the traced code: a `def`, a lambda, or a
+    comprehension's or generator expression's code object (3.11). Calling it inlines it."""
+
+    def __init__(self, code, f_globals, defaults=None, kwdefaults=None, closure=None):
+        self.code, self.f_globals = code, f_globals
+        self.defaults, self.kwdefaults, self.closure = defaults, kwdefaults, closure
+
+    def __repr__(self):
+        return f"NestedUserFunctionVariable({self.code.co_qualname})"
+
+    def python_type(self):
+        return types.FunctionType
+
+    def truth(self):
+        return True
+
+    def children(self):
+        return [v for v in (self.defaults, self.kwdefaults) if v is not None]
+
+    def call_function(self, tx, args, kwargs):
+        return tx.inline_user_function(self, None, args, kwargs)
 
 
 class BoundMethodVariable(VariableTracker):
@@ -357,8 +551,11 @@ class BuiltinVariable(_ValueVariable):
     def call_function(self, tx, args, kwargs):
         fn = self.value
         name = getattr(fn, "__name__", repr(fn))
-        if fn is print:
-            unimplemented("Failed to trace builtin operator `print`", kind="builtin")
+        if fn is print:  # torch's words (variables/builtin.py): its break reasons compare equal
+            types_ = [a.python_type().__name__ for a in args]
+            unimplemented("Failed to trace builtin operator\n  Explanation: Dynamo does not know "
+                          f"how to trace builtin operator `print` with argument types {types_} "
+                          f"(has_kwargs {bool(kwargs)})", kind="builtin")  # fmt: skip
         if fn is len and not kwargs:
             obj = args[0]
             if isinstance(obj, TensorVariable):
@@ -378,6 +575,29 @@ class BuiltinVariable(_ValueVariable):
         if fn is zip and not kwargs:
             cols = [a.unpack(tx) for a in args]
             return ListIteratorVariable([TupleVariable(list(r)) for r in zip(*cols)], owner=tx)
+        if fn is dict and len(args) <= 1:
+            items = {}
+            if args and isinstance(args[0], ConstDictVariable):
+                items.update(args[0].items)
+            elif args:
+                for pair in args[0].unpack(tx):
+                    k, v = pair.unpack(tx)
+                    items[ConstDictVariable.key(k)] = v
+            return ConstDictVariable({**items, **kwargs}, owner=tx)
+        if fn is next and not kwargs and isinstance(args[0], ListIteratorVariable):
+            value = args[0].next_variable(tx)
+            if value is None:
+                unimplemented("next() of an exhausted iterator (StopIteration, raised by Python)")
+            return value
+        if fn is sum and not kwargs and not all(a.is_python_constant() for a in args):
+            # torch/_dynamo/polyfills/builtins.py: value = start; value = value + element ...
+            seq = args[0]
+            if not isinstance(seq, ListIteratorVariable):
+                seq = ListIteratorVariable(seq.unpack(tx), owner=tx)
+            value = args[1] if len(args) > 1 else ConstantVariable(0)
+            while (element := seq.next_variable(tx)) is not None:
+                value = tx._binop(operator.add, value, element)
+            return value
         if fn is getattr and not kwargs and len(args) == 2:
             return args[0].var_getattr(tx, args[1].as_python_constant())
         if fn is operator.getitem and isinstance(args[0], BaseListVariable):
@@ -491,6 +711,11 @@ def wrap(tx, value, source, guard: bool = True) -> VariableTracker:
         items = [wrap(tx, v, GetItemSource(source, i) if source else None, guard)
                  for i, v in enumerate(value)]  # fmt: skip
         return (ListVariable if type(value) is list else TupleVariable)(items, source)
+    if type(value) is dict and all(isinstance(k, (str, int)) for k in value):
+        add(DICT_KEYS_MATCH(source, value))
+        items = {k: wrap(tx, v, GetItemSource(source, k) if source else None, guard)
+                 for k, v in value.items()}  # fmt: skip
+        return ConstDictVariable(items, source)
     if isinstance(value, torch.nn.Module):
         add(ID_MATCH(source, value))
         return NNModuleVariable(value, source)
