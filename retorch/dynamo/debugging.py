@@ -6,7 +6,8 @@ Mirrors torch/_dynamo/backends/debugging.py (`ExplainOutput`, `_explain_graph_de
 reason is recorded with the graph compiled before it (a break with no graph before it leaves
 no reason), and `ops_per_graph` lists the targets of each graph's call_function nodes (calls
 of Tensor methods are call_method nodes and are not listed, in torch either). `all_breaks`
-also keeps the breaks that had no graph before them.
+also keeps the breaks that had no graph before them, and `skipped` the frames that ran
+uncompiled.
 """
 
 import dataclasses
@@ -25,6 +26,7 @@ class ExplainOutput:
     out_guards: list
     all_breaks: list
     compile_count: int
+    skipped: list  # frames run uncompiled, and why (torch logs these as skipped frames)
 
     def __str__(self) -> str:
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
@@ -59,6 +61,7 @@ def explain(fn):
             if brk is not None:
                 reasons.append(brk)
         return ExplainOutput(graphs, len(graphs), max(len(graphs) - 1, 0), reasons,
-                             sum(map(len, ops)), ops, guards, breaks, len(ctx.graphs))  # fmt: skip
+                             sum(map(len, ops)), ops, guards, breaks, len(ctx.graphs),
+                             list(ctx.skipped))  # fmt: skip
 
     return inner

@@ -56,13 +56,14 @@ class GlobalSource(Source):
 
 @dataclass(frozen=True, repr=False)
 class ClosureSource(Source):
-    """A free variable's cell (torch reads it as `L['fn'].__closure__[i].cell_contents`)."""
+    """A free variable of the frame, read from its cell; torch spells it as a local, `L['k']`
+    (the frame's locals include its free variables: a LocalSource of a dereferenced cell)."""
 
     var_name: str
     index: int
 
     def name(self) -> str:
-        return f"C[{self.var_name!r}]"
+        return f"L[{self.var_name!r}]"
 
     def get(self, frame):
         return frame.closure[self.index].cell_contents
