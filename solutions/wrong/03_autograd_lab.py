@@ -444,3 +444,149 @@ for leaf, g in zip(leaves, grads):
         ),
     ],
 }
+
+# Third review (issue 27): the kinds an outside trial found slipping through checks that used
+# contiguous float32 tensors that all need a gradient: size-0 dims, the wrong dtype or device,
+# non-contiguous gradients, None edges, all-zero gradients, .grad written instead of accumulated,
+# a change detected by values instead of version counters.
+_BACKWARD_INTO = """\
+needing = [leaf for leaf in leaves if leaf.requires_grad]
+grads = torch.autograd.grad(loss, needing, allow_unused=True)
+for leaf, g in zip(needing, grads):
+    if g is None:
+        continue
+    if leaf.grad is None:
+        leaf.grad = torch.empty_like(leaf).copy_(g)
+    else:
+        leaf.grad += g
+"""
+
+_SAVED_INIT = "self.var, self.saved_version = var, var._version"
+
+WRONG["ex1_sum_to"] += [
+    (
+        "sums where shape is smaller than grad (n < grad.shape[i]): misses a size-1 dim broadcast "
+        "to size 0",
+        _SUM_TO.replace("n == 1 and grad.shape[i] != 1", "n < grad.shape[i]"),
+    ),
+    (
+        "writes the result into torch.zeros(shape): float32 on the CPU, whatever the gradient",
+        _SUM_TO.replace(
+            "return grad.sum(dim=dims, keepdim=True) if dims else grad",
+            "return torch.zeros(shape).add_(grad.sum(dim=dims, keepdim=True) if dims else grad)",
+        ),
+    ),
+    (
+        "sums the leading dims through a view (-1, *rest), which a transposed gradient refuses",
+        _SUM_TO.replace(
+            "grad = grad.sum(dim=tuple(range(lead)))",
+            "grad = grad.view(-1, *grad.shape[lead:]).sum(0)",
+        ),
+    ),
+]
+
+WRONG["ex2_execution_order"] += [
+    (
+        "no test for None edges (an input that needs no gradient)",
+        _ORDER_HEAP.replace("            if nxt is not None:\n", "            if True:\n"),
+    ),
+    (
+        "stops reading a node's edges at the first None edge (break, not continue)",
+        _ORDER_HEAP.replace(
+            "            if nxt is not None:\n",
+            "            if nxt is None:\n                break\n            if True:\n",
+        ),
+    ),
+    (
+        "heap entries without a tie-breaker ((-seq, node)): leaves' AccumulateGrads tie",
+        _ORDER_HEAP.replace("id(root), ", "").replace("id(nxt), ", "").replace(
+            "_, _, node = heapq.heappop(ready)", "_, node = heapq.heappop(ready)"
+        ),
+    ),
+]
+
+WRONG["ex3_backward_into"] += [
+    (
+        "adds by rebinding (leaf.grad = leaf.grad + g): whoever holds the old .grad misses the sum",
+        _BACKWARD_INTO.replace("leaf.grad += g", "leaf.grad = leaf.grad + g"),
+    ),
+    (
+        "stores a clone of autograd.grad's tensor: its strides, not the leaf's",
+        _BACKWARD_INTO.replace("torch.empty_like(leaf).copy_(g)", "g.clone()"),
+    ),
+    (
+        "stores autograd.grad's tensor itself (no copy): gradients that alias are added twice",
+        _BACKWARD_INTO.replace("torch.empty_like(leaf).copy_(g)", "g"),
+    ),
+    (
+        "skips an all-zero gradient, as if it were None",
+        _BACKWARD_INTO.replace("if g is None:", "if g is None or not g.any():"),
+    ),
+    (
+        "passes every leaf to autograd.grad, also one that needs no gradient",
+        _BACKWARD_INTO.replace(
+            "needing = [leaf for leaf in leaves if leaf.requires_grad]", "needing = leaves"
+        ),
+    ),
+]
+
+WRONG["ex4_saved_variable"] += [
+    (
+        "detects a change by comparing values with a snapshot, not versions (add_(0) passes)",
+        [
+            _SAVED_INIT + "\nself.snapshot = var.data.clone()",
+            _SAVED_UNPACK.replace(
+                "if var._version != self.saved_version:",
+                "if not torch.equal(var.data, self.snapshot):",
+            ),
+        ],
+    ),
+    (
+        "type names from a dict of float32 and float64 only",
+        [
+            None,
+            _SAVED_UNPACK.replace(
+                "{var.data.type()}",
+                "{ {torch.float32: 'torch.FloatTensor', torch.float64: 'torch.DoubleTensor'}"
+                ".get(var.data.dtype)}",
+            ),
+        ],
+    ),
+    (
+        "the saved version kept on the Var: a second save of the same Var overwrites it",
+        [
+            "self.var = var\nvar.saved_version = var._version",
+            _SAVED_UNPACK.replace("self.saved_version", "var.saved_version"),
+        ],
+    ),
+]
+
+_ENGINE_SEED_FLOAT32 = _ENGINE.replace(
+    "buffers, order = {root: torch.ones_like(output.data)}, []",
+    "buffers, order = {root: torch.tensor(1.0)}, []",
+)
+
+_ENGINE_SKIP_ZERO = _ENGINE.replace(
+    "            if nxt is None:\n                continue\n",
+    "            if nxt is None or not grad.any():\n                continue\n",
+)
+
+_ENGINE_WRITE_GRAD = _ENGINE.replace(
+    "        grads = node.apply(buffers.pop(node))\n",
+    "        if isinstance(node, AccumulateGrad):\n"
+    "            node.var.grad = buffers.pop(node)\n"
+    "            continue\n"
+    "        grads = node.apply(buffers.pop(node))\n",
+)
+
+WRONG["ex5_run_backward"] += [
+    (
+        "the first gradient is torch.tensor(1.0): float32, whatever the output's dtype",
+        _ENGINE_SEED_FLOAT32,
+    ),
+    ("skips an all-zero gradient (neither buffered nor counted)", _ENGINE_SKIP_ZERO),
+    (
+        "writes a leaf's gradient into .grad itself instead of AccumulateGrad.apply (overwrites)",
+        _ENGINE_WRITE_GRAD,
+    ),
+]
