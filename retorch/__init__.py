@@ -28,6 +28,23 @@ if "NUMBA_ENABLE_CUDASIM" not in _os.environ and not (
     _os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 _os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
+# Numba's on-disk cache (cache=True) stamps a compiled function with its own source file only;
+# retorch's locators (retorch/_numba_cache.py) add every retorch module it can inline from, so
+# an edit to one (scalar_ops.py inlined into cpu_kernels.py) is never masked by a stale kernel.
+_NUMBA_LOCATORS = ",".join(
+    [
+        f"retorch._numba_cache.{n}"
+        for n in ("UserProvidedLocator", "InTreeLocator", "UserWideLocator")
+    ]
+    + ["UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator"]
+    + ["IPythonCacheLocator", "ZipCacheLocator"]  # Numba's defaults, for everything else
+)
+_os.environ.setdefault("NUMBA_CACHE_LOCATOR_CLASSES", _NUMBA_LOCATORS)
+if "numba.core.config" in __import__("sys").modules:  # Numba read its settings already
+    __import__("sys").modules["numba.core.config"].CACHE_LOCATOR_CLASSES = _os.environ[
+        "NUMBA_CACHE_LOCATOR_CLASSES"
+    ]
+
 #: The PyTorch release whose source files the docstrings and chapters cite.
 TORCH_TAG = "v2.13.0"
 #: Base URL for citing torch's source at that tag.
