@@ -7,7 +7,9 @@ which the caches hold after the first call); at both sizes the same parallel loo
 rows in scalar blocks of 16 elements instead (one compiled loop for every op, which LLVM
 leaves scalar); the add allocating its 40 MB output, whose first touch costs a page fault
 per 4 KiB page (about 9,800); a sum over 10M float32; and retorch's sum with its loop
-compiled without fastmath (additions in source order); last, at 10M on one thread
+compiled without fastmath (additions in source order); the sum over dim 1 of a transposed
+square matrix of about 10M floats, which both libraries read in place (a reduction
+TensorIterator), and retorch's sum of it copied contiguous first (what the copy costs); last, at 10M on one thread
 (torch's pool set to 1 thread, retorch's add loop compiled serial), so that one core's loop,
 not the machine's memory, sets the speed: that loop with its vectors capped at 128 bits
 (retorch's), 256 and 512; and the same three at 1M, in cache.
@@ -133,6 +135,9 @@ def run(quick: bool = False) -> dict:
     rsa, rsb, rsout = (rt.from_numpy(t.numpy()) for t in (sa, sb, sout))
     small = (sout.numpy(), sa.numpy(), sb.numpy())
     label, small_label = f"{n / 1e6:g}M float32", f"{m / 1e6:g}M float32 (in cache)"
+    q = int(n**0.5)  # a q x q matrix of about n floats, summed over dim 1 of its transpose
+    mat = torch.rand(q, q)
+    rmat = rt.from_numpy(mat.numpy())
     copy = lambda: dst.copy_(a)  # noqa: E731
     small_copy = lambda: sdst.copy_(sa)  # noqa: E731
     # case: (elements, bytes the op must move per element, {implementation: function}[, threads])
@@ -152,6 +157,11 @@ def run(quick: bool = False) -> dict:
         f"sum, {label}": (n, 4, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),
         f"sum, {label}, retorch without fastmath": (
             n, 4, {"torch": lambda: a.sum(), "retorch": lambda: strict_sum(x, zero)}),
+        f"sum(1) of a transposed {q} x {q} float32": (q * q, 4, {
+            "torch": lambda: mat.t().sum(1), "retorch": lambda: rt.sum(rmat.t(), 1)}),
+        f"sum(1) of a transposed {q} x {q} float32, retorch copying it contiguous first": (
+            q * q, 4, {"torch": lambda: mat.t().sum(1),
+                       "retorch": lambda: rt.sum(rmat.t().contiguous(), 1)}),
     }  # fmt: skip
     torch_adds = {n: lambda: torch.add(a, b, out=out), m: lambda: torch.add(sa, sb, out=sout)}
     for where, count, operands in [(label, n, arrays), (small_label, m, small)]:

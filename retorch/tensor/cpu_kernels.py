@@ -57,9 +57,9 @@ def vector_width(bits: int):
 #: leaves the AVX512 slot empty (``aten/src/ATen/native/DispatchStub.h``; only kernels
 #: registered with ``ALSO_REGISTER_AVX512_DISPATCH`` get one, copy among them, add not), so
 #: on an AVX-512 CPU add runs its AVX2 build: two 256-bit vectors, 64 bytes of each operand,
-#: per pass of ``vectorized_loop`` (``native/cpu/Loops.h``). LLVM unrolls such a vector loop
-#: four times, so at 128 bits its pass moves the same 64 bytes; ``make bench`` times 128,
-#: 256 and 512 bits against torch. A cap above a CPU's widest register changes nothing.
+#: per pass of ``vectorized_loop`` (``native/cpu/Loops.h``). Which width streams best is for
+#: measurement: ``make bench`` times 128, 256 and 512 bits against torch, and chapter 4 reads
+#: the verdict from it. A cap above a CPU's widest register changes nothing.
 STREAM_VECTOR_BITS = 128
 stream_width = vector_width(STREAM_VECTOR_BITS)
 
@@ -121,8 +121,8 @@ def _task_range(task, nchunks, inner):
 def _binary_row_vector(op, o_, a_, b_, alpha):
     """One contiguous row, as a plain loop over 0-based slices (no negative-index wraparound
     to check). Called with ``op`` a constant, LLVM drops the op switch and vectorises the
-    loop (four vector registers of :data:`STREAM_VECTOR_BITS` bits per pass), after checking
-    at run time that ``o_`` does not overlap ``a_`` or ``b_``."""
+    loop (vectors of at most :data:`STREAM_VECTOR_BITS` bits), after checking at run time
+    that ``o_`` does not overlap ``a_`` or ``b_``."""
     for j in range(o_.shape[0]):
         o_[j] = binary_scalar(op, a_[j], b_[j], alpha)
 
@@ -254,7 +254,7 @@ def scatter_loop(add, out, oo, src, so_, idx, io, shape, strides, dim_stride):
                 out[k] = src[ps + j * s1]
 
 
-# ---- reductions over the last axis of a contiguous (outer, inner) block ---------------------
+# ---- reductions ---------------------------------------------------------------------------------
 # ``fastmath={"reassoc"}`` lets LLVM reorder the additions: without it, a sum is one long
 # dependency chain (each add waits for the previous one) and cannot use vector lanes or
 # several accumulators; with it, the loop keeps e.g. 16 partial sums in a vector register.
@@ -270,19 +270,105 @@ def _sum_range(x, start, stop, acc):
     return acc
 
 
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _sum_strided(x, start, n, stride, acc):
+    for i in range(n):
+        acc += x[start + i * stride]
+    return acc
+
+
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _add_rows(acc, x):
+    """``acc += x``, elementwise: one step of an outer reduction, vectorised across rows."""
+    for j in range(acc.shape[0]):
+        acc[j] += x[j]
+
+
+@njit(**_jit)
+def _offset(idx, shape, strides, k, d0, d1):
+    """Element offset of operand ``k`` at linear index ``idx`` of dims ``d0 .. d1 - 1``
+    (``d0`` fastest)."""
+    off = 0
+    for d in range(d0, d1):
+        off += (idx % shape[d]) * strides[k, d]
+        idx //= shape[d]
+    return off
+
+
 @njit(parallel=True, **_jit)
-def sum_rows(x, out, outer, inner, zero):
-    if outer == 1 and inner > _CHUNK:
-        nchunks = (inner + _CHUNK - 1) // _CHUNK
-        partial = np.zeros(nchunks, dtype=out.dtype)
-        for c_ in prange(nchunks):
-            c = np.int64(c_)
-            partial[c] = _sum_range(x, c * _CHUNK, min(inner, (c + 1) * _CHUNK), zero)
-        out[0] = _sum_range(partial, 0, nchunks, zero)
-        return
-    for r_ in prange(outer):
-        r = np.int64(r_)
-        out[r] = _sum_range(x, r * inner, (r + 1) * inner, zero)
+def sum_all(out, oo, x, xo, shape, strides, zero):
+    """Every dim reduced: the rows of dim 0 cut into chunks of ``_CHUNK``, each chunk summed
+    by one task into ``partial``, then the partial sums added (``two_pass_reduction`` of
+    ``parallel_reduce`` in ``TensorIteratorReduce.cpp``). The order of the additions depends
+    on the shape only, never on the number of threads."""
+    inner, s0, ndim = shape[0], strides[1, 0], shape.shape[0]
+    rows = 1
+    for d in range(1, ndim):
+        rows *= shape[d]
+    nchunks = (inner + _CHUNK - 1) // _CHUNK
+    partial = np.empty(rows * nchunks, dtype=out.dtype)
+    for t_ in prange(rows * nchunks):
+        t = np.int64(t_)
+        p = xo + _offset(t // nchunks, shape, strides, 1, 1, ndim)
+        j0 = (t % nchunks) * _CHUNK
+        j1 = min(inner, j0 + _CHUNK)
+        if s0 == 1:
+            partial[t] = _sum_range(x, p + j0, p + j1, zero)
+        else:
+            partial[t] = _sum_strided(x, p + j0 * s0, j1 - j0, s0, zero)
+    out[oo] = _sum_range(partial, 0, partial.shape[0], zero)
+
+
+@njit(parallel=True, **_jit)
+def sum_inner(out, oo, x, xo, shape, strides, nred, zero):
+    """The reduced dims are innermost and the fastest of them has input stride 1 (an *inner*
+    reduction, ``x.sum(-1)`` of a contiguous ``x``): each output sums contiguous rows."""
+    ndim = shape.shape[0]
+    nkept, rows = 1, 1
+    for d in range(nred, ndim):
+        nkept *= shape[d]
+    for d in range(1, nred):
+        rows *= shape[d]
+    for k_ in prange(nkept):
+        k = np.int64(k_)
+        po = oo + _offset(k, shape, strides, 0, nred, ndim)
+        pk = xo + _offset(k, shape, strides, 1, nred, ndim)
+        acc = zero
+        for r in range(rows):
+            p = pk + _offset(r, shape, strides, 1, 1, nred)
+            acc = _sum_range(x, p, p + shape[0], acc)
+        out[po] = acc
+
+
+@njit(parallel=True, **_jit)
+def sum_outer(out, oo, x, xo, shape, strides, nred, zero):
+    """The reduced dims are strided in the input (an *outer* reduction, ``x.sum(0)``, or
+    ``x.t().sum(1)``): tasks take chunks of the fastest kept dim, and add the input's rows
+    into them one reduced index after another, vectorised across the row where both strides
+    are 1, as ``cascade_sum``'s outer loop in ``SumKernel.cpp`` does."""
+    ndim = shape.shape[0]
+    n, so, sx = shape[nred], strides[0, nred], strides[1, nred]
+    nouter, nr = 1, 1
+    for d in range(nred + 1, ndim):
+        nouter *= shape[d]
+    for d in range(nred):
+        nr *= shape[d]
+    nchunks = (n + GRAIN - 1) // GRAIN
+    for t_ in prange(nouter * nchunks):
+        t = np.int64(t_)
+        po = oo + _offset(t // nchunks, shape, strides, 0, nred + 1, ndim)
+        pk = xo + _offset(t // nchunks, shape, strides, 1, nred + 1, ndim)
+        j0 = (t % nchunks) * GRAIN
+        j1 = min(n, j0 + GRAIN)
+        for j in range(j0, j1):
+            out[po + j * so] = zero
+        for r in range(nr):
+            p = pk + _offset(r, shape, strides, 1, 0, nred)
+            if so == 1 and sx == 1:
+                _add_rows(out[po + j0 : po + j1], x[p + j0 : p + j1])
+            else:
+                for j in range(j0, j1):
+                    out[po + j * so] += x[p + j * sx]
 
 
 @njit(parallel=True, **_jit)
@@ -467,9 +553,23 @@ def scatter_kernel(it, dim_stride, add):
 
 
 @stub("sum").register("cpu")
-def sum_kernel(x, out, outer, inner):
-    """``x``: a contiguous tensor of ``outer * inner`` elements; ``out``: ``outer`` of them."""
-    _pick(sum_rows, x.numel())(_flat(x), _flat(out), outer, inner, x.dtype.np.type(0))
+def sum_kernel(it):
+    """``sum_stub``'s CPU kernel for a reduction TensorIterator (``reduce_op``): after
+    ``reorder_dimensions`` the reduced dims (output stride 0) come first, innermost. Three
+    loops, as ``cascade_sum`` in ``SumKernel.cpp`` has: everything reduced, an inner
+    reduction (contiguous rows) and an outer one (strided rows, vectorised across them)."""
+    (out, x), (oo, xo), shape, strides = it.kernel_args()
+    nred = 0
+    while nred < len(shape) and strides[0, nred] == 0:
+        nred += 1
+    zero = it.output().dtype.np.type(0)
+    n = it.numel()
+    if nred == len(shape):
+        _pick(sum_all, n)(out, oo, x, xo, shape, strides, zero)
+    elif nred > 0 and strides[1, 0] == 1:
+        _pick(sum_inner, n)(out, oo, x, xo, shape, strides, nred, zero)
+    else:
+        _pick(sum_outer, n)(out, oo, x, xo, shape, strides, nred, zero)
 
 
 @stub("max").register("cpu")

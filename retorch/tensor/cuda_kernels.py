@@ -565,7 +565,7 @@ def _flat(t):
     return impl.storage.typed(impl.dtype.np)[impl.storage_offset : impl.storage_offset + t.numel()]
 
 
-@stub("sum").register("cuda")
+@stub("sum_rows").register("cuda")
 def sum_cuda(x, out, outer, inner):
     check_dtype("sum", x.dtype)
     blocks = 1 if rcuda.simulator_enabled() else min(outer, 65535)

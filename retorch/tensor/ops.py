@@ -20,6 +20,7 @@ from . import cpu_kernels as _cpu  # noqa: F401  (registers the CPU kernels)
 from . import cuda_kernels as _cuda  # noqa: F401  (registers the CUDA kernels)
 from . import meta as _meta
 from . import scalar_ops as S
+from . import tensor_iterator
 from .dispatch_stub import stub
 from .dtype import as_dtype, bool_, int64
 from .expand_utils import infer_size
@@ -460,12 +461,59 @@ def _reduce_layout(x, dim, keepdim, name):
     return xp, outer, inner, tuple(shape)
 
 
+def review_reduce_result(result, ndim, mask, keepdim):
+    """``review_reduce_result`` (``aten/src/ATen/native/ReduceOpsUtils.h``): the result seen
+    with the input's ``ndim`` dims, size 1 and stride 0 on each reduced one."""
+    if ndim == 0:
+        return result
+    shape, stride = list(result.shape), list(result.stride())
+    for d in range(ndim):
+        if mask[d]:
+            if keepdim:
+                stride[d] = 0
+            else:
+                shape.insert(d, 1)
+                stride.insert(d, 0)
+    return result.as_strided(shape, stride)
+
+
+def make_reduction(name, x, dim, keepdim, out_dtype, trace=False):
+    """``make_reduction`` (``ReduceOpsUtils.h``): the result, allocated contiguous with the
+    reduced dims gone (or kept as 1), and the reduction TensorIterator over the input in
+    place, its output the result seen by :func:`review_reduce_result`. (``name`` names the op,
+    as torch's argument does for its messages.)"""
+    n = x.dim()
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        mask = [True] * n  # make_dim_mask: no dims means every dim
+    else:
+        mask = dim_list_to_bitset(dim if isinstance(dim, (tuple, list)) else (dim,), n)
+    shape = tuple(1 if mask[d] else x.shape[d] for d in range(n) if keepdim or not mask[d])
+    result = empty_generic(shape, out_dtype, x.device)
+    xin = x if x.dtype is out_dtype else to(x, dtype=out_dtype)
+    viewed = review_reduce_result(result, n, mask, keepdim)
+    return result, tensor_iterator.reduce_op(viewed, xin, trace=trace)
+
+
 def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
-    """``torch.sum``: integer and bool inputs sum in int64, as torch's."""
+    """``torch.sum`` (``sum_out`` in ``ReduceOps.cpp``): integer and bool inputs sum in int64,
+    as torch's. On the CPU (and meta) through a reduction TensorIterator that reads ``x`` at
+    its own strides, as torch's ``sum_stub`` does; retorch's CUDA kernel still sums
+    contiguous rows, so there the reduced dims are first moved last and copied."""
     if dtype is None:
         dtype = x.dtype if x.dtype.is_floating_point else int64
     else:
         dtype = as_dtype(dtype)
+    if x.device == "cuda":
+        return _sum_rows(x, dim, keepdim, dtype)
+    result, it = make_reduction("sum", x, dim, keepdim, dtype)
+    if it.numel() == 0:
+        return fill_(result, 0)  # torch: `if (iter.numel() == 0) result.zero_();`
+    stub("sum")(x.device, it)
+    return result
+
+
+def _sum_rows(x, dim, keepdim, dtype):
+    """The CUDA sum: reduced dims moved last and made contiguous, one row per output."""
     xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, "sum")
     if xp.dtype is not dtype:
         xp = to(xp, dtype=dtype)
@@ -474,7 +522,7 @@ def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
         return out
     if inner == 0:
         return fill_(out, 0)
-    stub("sum")(x.device, xp, out, outer, inner)
+    stub("sum_rows")(x.device, xp, out, outer, inner)
     return out
 
 

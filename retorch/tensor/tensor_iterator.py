@@ -60,6 +60,7 @@ class TensorIteratorConfig:
         self.check_all_same_dtype_ = True
         self.static_dtype = None  # output dtype fixed by the op (bool for comparisons)
         self.is_reduction = False
+        self.resize_outputs_ = True  # False: the outputs' shapes take part in broadcasting
         self.check_mem_overlap = True
         self.trace = False  # record shape and strides after each build step (for teaching)
 
@@ -75,11 +76,28 @@ class TensorIteratorConfig:
         return TensorIterator(self)
 
 
+def reduce_op(out, a, trace: bool = False) -> TensorIterator:
+    """``TensorIterator::reduce_op`` (``TensorIterator.cpp``): the iterator of a reduction.
+    ``out`` is the result viewed with the input's number of dims and stride 0 on every
+    reduced dim (``review_reduce_result``), so the two operands broadcast to the input's
+    shape and the output's zero strides mark the dims the kernel sums over. The input is
+    read where it lies, at its own strides: nothing is copied."""
+    cfg = TensorIteratorConfig().add_output(out).add_input(a)
+    cfg.check_mem_overlap = False  # the output's stride-0 dims repeat addresses on purpose
+    cfg.resize_outputs_ = False
+    cfg.is_reduction = True
+    cfg.promote_inputs_to_common_dtype_ = True
+    cfg.trace = trace
+    return cfg.build()
+
+
 class TensorIterator:
     def __init__(self, config: TensorIteratorConfig):
         self.operands = [OperandInfo(t, True) for t in config.outputs]
         self.operands += [OperandInfo(t, False) for t in config.inputs]
         self.noutputs = len(config.outputs)
+        self.is_reduction = config.is_reduction
+        self.resize_outputs = config.resize_outputs_
         self.shape: list[int] = []
         self.perm: list[int] = []
         self.common_dtype = None
@@ -140,7 +158,7 @@ class TensorIterator:
         for op in self.operands:
             if op.tensor is None:
                 continue
-            if op.is_output:
+            if op.is_output and self.resize_outputs:
                 continue  # an out= tensor of the wrong shape is resized, not broadcast
             shape = infer_size(shape, op.tensor.shape)
             if first is None:
@@ -266,6 +284,10 @@ class TensorIterator:
                 if op.tensor is None or op.will_resize:
                     continue
                 s0, s1 = op.stride_bytes[dim0], op.stride_bytes[dim1]
+                if self.is_reduction and op.is_output and (s0 == 0) != (s1 == 0):
+                    # a reduction's output has stride 0 on the reduced dims
+                    # (review_reduce_result): they go first, innermost in the loop
+                    return 1 if s1 == 0 else -1
                 if s0 == 0 or s1 == 0:
                     continue  # a broadcast dim says nothing about memory order
                 if s0 < s1:
@@ -447,4 +469,11 @@ def resize_output(out: Tensor, shape) -> None:
     impl.set_sizes_and_strides(shape, strides)
 
 
-__all__ = ["TensorIterator", "TensorIteratorConfig", "OperandInfo", "resize_output", "bool_"]
+__all__ = [
+    "TensorIterator",
+    "TensorIteratorConfig",
+    "reduce_op",
+    "OperandInfo",
+    "resize_output",
+    "bool_",
+]
