@@ -285,8 +285,9 @@ def test_oom_raises_torchs_error_and_message():
 
 
 def test_max_split_size_keeps_oversize_blocks_whole():
-    with pytest.raises(RuntimeError, match="max_split_size_mb too small, must be > 20"):
-        CUDACachingAllocator(GiB, max_split_size=20 * MiB)
+    with pytest.raises(ValueError, match="max_split_size_mb too small, must be >= 20"):
+        CUDACachingAllocator(GiB, max_split_size=20 * MiB - 1)
+    CUDACachingAllocator(GiB, max_split_size=20 * MiB)  # torch 2.13 accepts 20
     a = CUDACachingAllocator(GiB, max_split_size=40 * MiB)
     assert stat(a, "max_split_size") == 40 * MiB
     assert stat(CUDACachingAllocator(GiB), "max_split_size") == -1  # SIZE_MAX as int64
@@ -804,3 +805,51 @@ def test_replay_matches_torch_cuda_memory_stats():
                 n: (ours[n], real[n] - base[n]) for n in STAT_NAMES if ours[n] != real[n] - base[n]
             }
             assert not diff, f"event {i} {event}: (model, torch.cuda) differ: {diff}"
+
+
+SETTINGS = [
+    "max_split_size_mb:10",
+    "max_split_size_mb:19",
+    "max_split_size_mb:20",
+    "max_split_size_mb:64,roundup_power2_divisions:4",
+    "max_split_size_mb:abc",
+    "max_split_size_mb:-1",
+    "max_non_split_rounding_mb:10",
+    "max_non_split_rounding_mb:20",
+    "roundup_power2_divisions:0",
+    "roundup_power2_divisions:1",
+    "roundup_power2_divisions:3",
+    "roundup_power2_divisions:16",
+    "garbage_collection_threshold:0.5",
+    "garbage_collection_threshold:1.5",
+    "expandable_segments:True",
+    "expandable_segments:maybe",
+]
+
+
+def _outcome(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__, str(e)
+    return "ok"
+
+
+@pytest.mark.parametrize("config", SETTINGS)
+def test_settings_are_accepted_and_refused_as_torchs_parser_does(config):
+    """torch's CPU build parses allocator settings too (``AcceleratorAllocatorConfig``, the
+    same parser CUDA reads ``PYTORCH_ALLOC_CONF`` with): every setting is accepted or refused
+    alike, with the same exception type and message."""
+    ours = _outcome(lambda: CUDACachingAllocator(GiB, **A.parse_settings(config)))
+    theirs = _outcome(lambda: torch._C._accelerator_setAllocatorSettings(config))
+    assert ours == theirs
+
+
+def test_parsed_settings_reach_the_model():
+    a = CUDACachingAllocator(
+        GiB, **A.parse_settings("max_split_size_mb:64,roundup_power2_divisions:4")
+    )
+    assert (a.max_split_size, a.roundup_power2_divisions) == (64 * MiB, 4)
+    assert A.parse_settings("max_non_split_rounding_mb:30") == {
+        "max_non_split_rounding_size": 30 * MiB
+    }

@@ -65,6 +65,7 @@ kRoundLarge = 2097152  # round up large allocations to 2 MiB
 kLargeBuffer = 20971520
 #: ``max_split_size_``'s default, ``std::numeric_limits<size_t>::max()`` (AllocatorConfig.h:342)
 SIZE_MAX = 2**64 - 1
+MiB = 1048576
 
 #: ``StatType``: AGGREGATE, SMALL_POOL, LARGE_POOL, as ``memory_stats`` names them.
 STAT_TYPES = ("all", "small_pool", "large_pool")
@@ -121,6 +122,47 @@ def round_size(size: int, roundup_power2_divisions: int = 0) -> int:
     if divisions > 1 and size > kMinBlockSize * divisions:
         return roundup_power2_next_division(size, divisions)
     return kMinBlockSize * ((size + kMinBlockSize - 1) // kMinBlockSize)
+
+
+def parse_settings(config: str) -> dict:
+    """``AcceleratorAllocatorConfig::parseArgs`` (``c10/core/AllocatorConfig.cpp``): the
+    ``PYTORCH_ALLOC_CONF`` string (``"max_split_size_mb:64,roundup_power2_divisions:4"``) as
+    keyword arguments of :class:`CUDACachingAllocator`, with the parser's checks and
+    ``ValueError`` messages. ``expandable_segments`` and ``garbage_collection_threshold`` are
+    checked and then left out, as the model leaves out what they switch on; the list form of
+    ``roundup_power2_divisions`` (one count per size band) is not modelled."""
+    out: dict = {}
+    for item in filter(None, config.split(",")):
+        key, _, value = item.partition(":")
+        key, value = key.strip(), value.strip()
+        if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+            if not value.lstrip("-").isdigit():
+                raise ValueError("stoull")
+            mb = int(value) % 2**64  # std::stoull wraps a negative number
+            if mb < kLargeBuffer // MiB:
+                raise ValueError(
+                    f"CachingAllocator option {key} too small, must be >= {kLargeBuffer // MiB}"
+                )
+            size = min(mb, SIZE_MAX // MiB) * MiB
+            out[
+                "max_split_size" if key == "max_split_size_mb" else "max_non_split_rounding_size"
+            ] = size
+        elif key == "roundup_power2_divisions":
+            if value.startswith("["):
+                raise NotImplementedError("the model takes one division count for every size")
+            n = int(value)
+            if n <= 0 or n & (n - 1):
+                raise ValueError("For roundups, the divisions has to be power of 2 ")
+            out["roundup_power2_divisions"] = n
+        elif key == "garbage_collection_threshold":
+            if not 0.0 < float(value) < 1.0:
+                raise ValueError("garbage_collect_threshold is invalid, set it in (0.0, 1.0)")
+        elif key == "expandable_segments":
+            if value not in ("True", "False"):
+                raise ValueError(
+                    f"Expected 'True' or 'False' at index 2 in ConfigTokenizer but got '{value}'"
+                )
+    return out
 
 
 def get_allocation_size(size: int, large_segment_size: int = kLargeBuffer) -> int:
@@ -307,12 +349,13 @@ class CUDACachingAllocator:
         large_segment_size: int = kLargeBuffer,
         device: int = 0,
     ):
-        if max_split_size != SIZE_MAX and max_split_size <= kLargeBuffer:
-            # CUDAAllocatorConfig's parser accepts max_split_size_mb > 20 only
-            raise RuntimeError(
-                f"CachingAllocator option max_split_size_mb too small, must be > "
-                f"{kLargeBuffer // 1048576}"
-            )
+        for name, value in [("max_split_size_mb", max_split_size),
+                            ("max_non_split_rounding_mb", max_non_split_rounding_size)]:  # fmt: skip
+            if value != SIZE_MAX and value < kLargeBuffer:  # the settings' parser's check
+                raise ValueError(
+                    f"CachingAllocator option {name} too small, must be >= "
+                    f"{kLargeBuffer // 1048576}"
+                )
         self.device = device
         self.device_memory_bytes = device_memory_bytes
         self.raw_malloc, self.raw_free = raw_malloc, raw_free
