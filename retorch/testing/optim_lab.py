@@ -234,12 +234,12 @@ def check_adamw_step(cmp, adamw_step, adam_step):
             )
 
 
-def check_adam_foreach(cmp, adam_foreach):
+def check_adamax_foreach(cmp, adamax_foreach):
     hint_p = (
         "each tensor has its own t (steps[i]); use the lr, betas and eps you are given, as "
-        "Python numbers (a torch.tensor of step sizes is float32); keep ms and vs updated "
-        "in place (the _foreach_*_ ops); add eps after dividing sqrt(v) by "
-        "sqrt(1 - beta2**t)"
+        "Python numbers (a torch.tensor of step sizes is float32); keep ms and us updated "
+        "in place (the _foreach_*_ ops); u = max(beta2 * u, |g| + eps), elementwise, and only "
+        "m is bias-corrected"
     )
     for case, kw in enumerate(
         [dict(lr=0.01, betas=(0.9, 0.999), eps=1e-3), dict(lr=0.05, betas=(0.8, 0.99), eps=1e-6)]
@@ -247,13 +247,13 @@ def check_adam_foreach(cmp, adam_foreach):
         torch.manual_seed(1 + case)
         start_ = [torch.randn(5), torch.randn(8, 5, dtype=torch.float64).t(), torch.randn(7)]
         theirs = [p.clone().requires_grad_() for p in start_]
-        opt = torch.optim.Adam(theirs, foreach=True, **kw)
+        opt = torch.optim.Adamax(theirs, foreach=True, **kw)
         ours = [p.clone().requires_grad_() for p in start_]
-        ms, vs = [torch.zeros_like(p) for p in start_], [torch.zeros_like(p) for p in start_]
+        ms, us = [torch.zeros_like(p) for p in start_], [torch.zeros_like(p) for p in start_]
         steps = [0, 0, 0]
         for step in range(4):
             live = [i for i in range(3) if not (i == 1 and step in (1, 2))]  # 1 misses two
-            grads = [torch.randn_like(p) for p in start_]
+            grads = [torch.randn_like(p) * 0.1**step for p in start_]  # some |g| below u
             for i, p in enumerate(theirs):
                 p.grad = grads[i].clone() if i in live else None
             opt.step()
@@ -263,17 +263,17 @@ def check_adam_foreach(cmp, adam_foreach):
             kept, versions = [g.clone() for g in grads], [p._version for p in ours]
             with torch.no_grad():
                 cmp.call(
-                    lambda: adam_foreach(
+                    lambda: adamax_foreach(
                         pick(ours),
                         pick(grads),
                         pick(ms),
-                        pick(vs),
+                        pick(us),
                         pick(steps),
                         kw["lr"],
                         *kw["betas"],
                         kw["eps"],
                     ),
-                    f"adam_foreach ({kw})",
+                    f"adamax_foreach ({kw})",
                     "use torch._foreach_* ops on the lists",
                 )
             for i in live:
@@ -281,29 +281,29 @@ def check_adam_foreach(cmp, adam_foreach):
                     grads[i],
                     kept[i],
                     f"gradient {i} after step {step + 1} (it must not change)",
-                    "never write into grads (no _foreach_mul_(grads, ...)): "
-                    "write only into params, ms and vs",
+                    "never write into grads (no _foreach_abs_(grads)): take |g| out of place "
+                    "(torch._foreach_abs) and write only into params, ms and us",
                 )
-                changed_in_place(cmp, ours[i], versions[i], f"parameter {i} at step {step + 1}")
             for i in range(3):
                 tol = (1e-5, 1e-6) if ours[i].dtype == torch.float32 else F64
+                state = opt.state[theirs[i]]
+                what = f"{describe(start_[i])}) after step {step + 1} ({kw})"
+                cmp.tensor_like(us[i], state["exp_inf"], f"u {i} ({what}", hint_p, *tol)
                 cmp.tensor_like(
-                    ours[i].detach(),
-                    theirs[i].detach(),
-                    f"parameter {i} ({describe(start_[i])}) after step {step + 1} ({kw})",
-                    hint_p,
-                    *tol,
+                    ours[i].detach(), theirs[i].detach(), f"parameter {i} ({what}", hint_p, *tol
                 )
+            for i in live:
+                changed_in_place(cmp, ours[i], versions[i], f"parameter {i} at step {step + 1}")
     cmp.call(
-        lambda: adam_foreach([], [], [], [], [], 0.01, 0.9, 0.999, 1e-3),
-        "adam_foreach with empty lists (a step where no parameter has a gradient)",
+        lambda: adamax_foreach([], [], [], [], [], 0.01, 0.9, 0.999, 1e-3),
+        "adamax_foreach with empty lists (a step where no parameter has a gradient)",
         "the _foreach_* ops refuse empty lists: return at once when params is empty",
     )
 
     def count(n):
         ts = [[torch.ones(3) for _ in range(n)] for _ in range(4)]
         with OpLog() as log:
-            adam_foreach(*ts, [1] * n, 0.01, 0.9, 0.999, 1e-8)
+            adamax_foreach(*ts, [1] * n, 0.01, 0.9, 0.999, 1e-8)
         return len([op for op in log.names() if not op.startswith("profiler.")])
 
     cmp.equal(

@@ -23,21 +23,6 @@ v_hat = v / (1 - beta2**t)
 p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
 """
 
-_FOREACH = """\
-if not params:
-    return
-torch._foreach_mul_(ms, beta1)
-torch._foreach_add_(ms, grads, alpha=1 - beta1)
-torch._foreach_mul_(vs, beta2)
-torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
-step_sizes = [-lr / (1 - beta1**t) for t in steps]
-bc2_sqrt = [math.sqrt(1 - beta2**t) for t in steps]
-denom = torch._foreach_sqrt(vs)
-torch._foreach_div_(denom, bc2_sqrt)
-torch._foreach_add_(denom, eps)
-torch._foreach_addcdiv_(params, ms, denom, step_sizes)
-"""
-
 _PACK = """\
 index, groups, start = {}, [], 0
 for group in param_groups:
@@ -135,27 +120,6 @@ WRONG = {
         (
             "decay subtracted from the update direction (L2 through the moments)",
             "grad.add_(p, alpha=weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-        ),
-    ],
-    "ex4_adam_foreach": [
-        (
-            "a Python loop over the tensors (right values, one op per tensor per line)",
-            "for p, g, m, v, t in zip(params, grads, ms, vs, steps):\n"
-            "    adam_step(p, g, m, v, t, lr, beta1, beta2, eps)",
-        ),
-        (
-            "one step count for the whole list (steps[0])",
-            _FOREACH.replace("for t in steps]", "for t in [steps[0]] * len(steps)]"),
-        ),
-        (
-            "moments computed out of place (the state is never updated)",
-            _FOREACH.replace(
-                "torch._foreach_mul_(ms, beta1)", "ms = torch._foreach_mul(ms, beta1)"
-            ).replace("torch._foreach_mul_(vs, beta2)", "vs = torch._foreach_mul(vs, beta2)"),
-        ),
-        (
-            "second bias correction without the square root",
-            _FOREACH.replace("math.sqrt(1 - beta2**t)", "1 - beta2**t"),
         ),
     ],
     "ex5_state_dict": [
@@ -330,38 +294,6 @@ WRONG["ex3_adamw_step"] += [
     ),
 ]
 
-WRONG["ex4_adam_foreach"] += [
-    (
-        "eps added before dividing by the second bias correction",
-        _FOREACH.replace(
-            "torch._foreach_div_(denom, bc2_sqrt)\ntorch._foreach_add_(denom, eps)",
-            "torch._foreach_add_(denom, eps)\ntorch._foreach_div_(denom, bc2_sqrt)",
-        ),
-    ),
-    (
-        "the caller's gradients scaled in place for the first moment",
-        _FOREACH.replace(
-            "torch._foreach_mul_(ms, beta1)\ntorch._foreach_add_(ms, grads, alpha=1 - beta1)\n", ""
-        ).replace(
-            "step_sizes =",
-            "torch._foreach_mul_(ms, beta1)\ntorch._foreach_mul_(grads, 1 - beta1)\n"
-            "torch._foreach_add_(ms, grads)\nstep_sizes =",
-        ),
-    ),
-    (
-        "square root taken per tensor in a list comprehension",
-        _FOREACH.replace("denom = torch._foreach_sqrt(vs)", "denom = [v.sqrt() for v in vs]"),
-    ),
-    (
-        "square root taken in place on the state (v becomes sqrt(v))",
-        _FOREACH.replace("denom = torch._foreach_sqrt(vs)", "torch._foreach_sqrt_(vs)\ndenom = vs"),
-    ),
-    (
-        "no guard for a step where no parameter has a gradient (empty lists)",
-        _FOREACH.replace("if not params:\n    return\n", ""),  # the foreach ops refuse []
-    ),
-]
-
 WRONG["ex5_state_dict"] += [
     (
         "unpack converts 'step' to the parameter's dtype too",
@@ -491,31 +423,6 @@ WRONG["ex3_adamw_step"] += [
     ),
 ]
 
-WRONG["ex4_adam_foreach"] += [
-    (
-        "betas hard-coded as Adam's defaults (0.9, 0.999), the values of the visible example",
-        _FOREACH.replace("beta1", "0.9").replace("beta2", "0.999"),
-    ),
-    (
-        "the parameters updated through .data, which their version counters do not see",
-        _FOREACH.replace(
-            "torch._foreach_addcdiv_(params,", "torch._foreach_addcdiv_([p.data for p in params],"
-        ),
-    ),
-    (
-        "step sizes passed as a float32 tensor, rounded for float64 parameters",
-        _FOREACH.replace(
-            "step_sizes = [-lr / (1 - beta1**t) for t in steps]",
-            "step_sizes = torch.tensor([-lr / (1 - beta1**t) for t in steps])",
-        ),
-    ),
-    (
-        "works on flattened views (p.view(-1)), which a transposed parameter does not allow",
-        "params, grads = [p.view(-1) for p in params], [g.view(-1) for g in grads]\n"
-        "ms, vs = [m.view(-1) for m in ms], [v.view(-1) for v in vs]\n" + _FOREACH,
-    ),
-]
-
 WRONG["ex5_state_dict"] += [
     (
         "unpack converts the dtype only: state stays on the CPU for a parameter elsewhere",
@@ -571,5 +478,97 @@ WRONG["ex6_cosine_lr"] += [
         "returns a 0-dim float64 tensor, not a float",
         "c = torch.cos(torch.tensor(math.pi * epoch / T_max, dtype=torch.float64))\n"
         "return eta_min + (base_lr - eta_min) * (1 + c) / 2",
+    ),
+]
+
+# Exercise 4 is foreach Adamax (it was foreach Adam, whose foreach code chapter 2 prints).
+_ADAMAX = """\
+if not params:
+    return
+torch._foreach_mul_(ms, beta1)
+torch._foreach_add_(ms, grads, alpha=1 - beta1)
+torch._foreach_mul_(us, beta2)
+norms = torch._foreach_abs(grads)
+torch._foreach_add_(norms, eps)
+torch._foreach_maximum_(us, norms)
+step_sizes = [-lr / (1 - beta1**t) for t in steps]
+torch._foreach_addcdiv_(params, ms, us, step_sizes)
+"""
+
+WRONG["ex4_adamax_foreach"] = [
+    (
+        "a Python loop over the tensors (right values, one op per tensor per line)",
+        "for p, g, m, u, t in zip(params, grads, ms, us, steps):\n"
+        "    m.mul_(beta1).add_(g, alpha=1 - beta1)\n"
+        "    torch.maximum(u.mul_(beta2), g.abs().add_(eps), out=u)\n"
+        "    p.addcdiv_(m, u, value=-lr / (1 - beta1**t))",
+    ),
+    (
+        "one step count for the whole list (steps[0])",
+        _ADAMAX.replace("for t in steps]", "for t in [steps[0]] * len(steps)]"),
+    ),
+    (
+        "the state computed out of place (ms and us are never updated)",
+        _ADAMAX.replace(
+            "torch._foreach_mul_(ms, beta1)", "ms = torch._foreach_mul(ms, beta1)"
+        ).replace("torch._foreach_mul_(us, beta2)", "us = torch._foreach_mul(us, beta2)"),
+    ),
+    (
+        "|g| taken in place on the caller's gradients (_foreach_abs_)",
+        _ADAMAX.replace(
+            "norms = torch._foreach_abs(grads)", "torch._foreach_abs_(grads)\nnorms = grads"
+        ),
+    ),
+    (
+        "eps added to the denominator after the maximum, as in Adam",
+        _ADAMAX.replace("torch._foreach_add_(norms, eps)\n", "").replace(
+            "torch._foreach_addcdiv_(params, ms, us, step_sizes)",
+            "torch._foreach_addcdiv_(params, ms, torch._foreach_add(us, eps), step_sizes)",
+        ),
+    ),
+    (
+        "beta2 applied after the maximum (u = beta2 * max(u, |g| + eps))",
+        _ADAMAX.replace("torch._foreach_mul_(us, beta2)\n", "").replace(
+            "torch._foreach_maximum_(us, norms)\n",
+            "torch._foreach_maximum_(us, norms)\ntorch._foreach_mul_(us, beta2)\n",
+        ),
+    ),
+    (
+        "the gradient's sign kept (max(beta2 * u, g + eps), no absolute value)",
+        _ADAMAX.replace("norms = torch._foreach_abs(grads)", "norms = torch._foreach_add(grads, 0)"),
+    ),
+    (
+        "u bias-corrected too, as Adam's v (divided by 1 - beta2**t)",
+        _ADAMAX.replace(
+            "torch._foreach_addcdiv_(params, ms, us, step_sizes)",
+            "denom = torch._foreach_div(us, [1 - beta2**t for t in steps])\n"
+            "torch._foreach_addcdiv_(params, ms, denom, step_sizes)",
+        ),
+    ),
+    (
+        "betas hard-coded as the defaults (0.9, 0.999), the values of the first case",
+        _ADAMAX.replace("beta1", "0.9").replace("beta2", "0.999"),
+    ),
+    (
+        "the parameters updated through .data, which their version counters do not see",
+        _ADAMAX.replace(
+            "torch._foreach_addcdiv_(params,", "torch._foreach_addcdiv_([p.data for p in params],"
+        ),
+    ),
+    (
+        "step sizes passed as a float32 tensor, rounded for float64 parameters",
+        _ADAMAX.replace(
+            "step_sizes = [-lr / (1 - beta1**t) for t in steps]",
+            "step_sizes = torch.tensor([-lr / (1 - beta1**t) for t in steps])",
+        ),
+    ),
+    (
+        "works on flattened views (p.view(-1)), which a transposed parameter does not allow",
+        "params, grads = [p.view(-1) for p in params], [g.view(-1) for g in grads]\n"
+        "ms, us = [m.view(-1) for m in ms], [u.view(-1) for u in us]\n" + _ADAMAX,
+    ),
+    (
+        "no guard for a step where no parameter has a gradient (empty lists)",
+        _ADAMAX.replace("if not params:\n    return\n", ""),
     ),
 ]
