@@ -17,6 +17,7 @@ from retorch.dispatch import native_functions as nf
 from retorch.dispatch.autocast_mode import autocast, is_autocast_enabled
 from retorch.dispatch.dispatch_key import DispatchKey
 from retorch.dispatch.local_dispatch_key_set import tls_local_dispatch_key_set
+from retorch.testing.dispatch_cases import AUTOCAST_OPS, autocast_precisions
 
 # Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
 pytestmark = pytest.mark.slow
@@ -70,6 +71,24 @@ def test_cast_policy_as_torch(name):
     assert _retorch_policy(name) == _torch_policy(name)
 
 
+@pytest.mark.parametrize("op", [name for name, *_ in AUTOCAST_OPS])
+def test_output_precision_under_autocast_equals_torch(op):
+    """Op by op, the output's precision for full, lower and mixed inputs: an op on the fp32
+    list (lower in, full out) is told from an unlisted one (lower in, lower out)."""
+    case = [c for c in AUTOCAST_OPS if c[0] == op]
+    assert autocast_precisions("retorch", case) == autocast_precisions("torch", case)
+
+
+def test_the_autocast_cases_cover_every_list_with_distinct_behaviour():
+    lists = {name: policy for name, policy, *_ in AUTOCAST_OPS}
+    assert set(lists.values()) == {"lower_precision_fp", "fp32", "none"}
+    theirs = autocast_precisions("torch")
+    behaviour = {
+        policy: {theirs[n] for n in lists if lists[n] == policy} for policy in lists.values()
+    }
+    assert all(not (a & b) for a in behaviour.values() for b in behaviour.values() if a is not b)
+
+
 def test_autocast_rows_as_torch():
     for name in ("mm", "matmul", "linear", "nll_loss", "add.Tensor", "_to_copy"):
         ours = aten_row(name)
@@ -110,7 +129,10 @@ def test_autocast_key_is_excluded_outside_and_gradients_keep_param_dtype():
     tloss.backward()
     assert y.data.dtype is rt.float32 and ty.dtype == torch.bfloat16  # computed low
     assert w.grad.data.dtype is rt.float64 and tw.grad.dtype == torch.float32  # grads: param's
-    assert y.grad_fn.name() == "MmBackward0" or y.grad_fn.name().endswith("Backward0")
+    assert y.grad_fn.name() == ty.grad_fn.name()  # the node's exact name, torch's
+    next_ours = [type(n).__name__ for n, _ in y.grad_fn.next_functions if n is not None]
+    next_theirs = [n.name() for n, _ in ty.grad_fn.next_functions if n is not None]
+    assert next_ours == next_theirs  # the casts' ToCopyBackward0 nodes below it
     expected = 2 * (x.numpy().astype(np.float32) @ w.numpy().astype(np.float32).T).T @ x.numpy()
     np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)
 

@@ -17,6 +17,8 @@ module                         mirrors
 ``_tensor``                    ``torch/_tensor.py``, ``c10/core/TensorImpl.h``
 ``overrides``                  ``torch/overrides.py``
 ``autocast_mode``              ``aten/src/ATen/autocast_mode.cpp``
+``inference_mode``             ``c10/core/InferenceMode.h``
+``precedence``                 ``OperatorEntry.cpp``'s precedence, observed (an experiment)
 ``backend_registration``       ``torch/utils/backend_registration.py``
 ``custom_ops``                 ``torch/_library/custom_ops.py``
 ``torch_privateuse1``          ``torch/utils/backend_registration.py`` (torch's side)
@@ -52,6 +54,8 @@ _LAZY = {
     "collate": "_tensor",
     "aten": "native_functions",
     "autocast": "autocast_mode",
+    "inference_mode": "inference_mode",
+    "InferenceMode": "inference_mode",
     "ArenaBackend": "backend_registration",
     "rename_privateuse1_backend": "backend_registration",
     "custom_op": "custom_ops",

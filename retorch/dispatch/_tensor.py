@@ -23,7 +23,13 @@ from retorch.autograd.backend import array_backend
 from retorch.autograd.tensor import Tensor as AutogradTensor
 
 from .dispatch_key import DispatchKey
-from .dispatch_key_set import DispatchKeySet, tensor_key_set_for
+from .dispatch_key_set import (
+    DispatchKeySet,
+    autograd_dispatch_keyset,
+    autograd_dispatch_keyset_with_ADInplaceOrView,
+    inplace_or_view_ks,
+    tensor_key_set_for,
+)
 
 _DENSE = {"cpu": DispatchKey.CPU, "cuda": DispatchKey.CUDA, "meta": DispatchKey.Meta}
 _KEY_SETS: dict[str, DispatchKeySet] = {}
@@ -79,7 +85,11 @@ class Tensor(AutogradTensor):
         super().__init__(data, requires_grad, grad_fn)
         # a backend outside retorch.tensor (backend_registration.py) names its own device
         self._device = data.device if device is None else device
-        self._key_set = key_set_for_device(self._device)
+        ks = key_set_for_device(self._device)
+        if grad_mode._inference_enabled:  # TensorImpl's constructor in InferenceMode
+            ks = ks - autograd_dispatch_keyset_with_ADInplaceOrView
+            self._version_counter = grad_mode.INFERENCE_VERSION  # an inference tensor has none
+        self._key_set = ks
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -96,6 +106,12 @@ class Tensor(AutogradTensor):
     def key_set(self) -> DispatchKeySet:
         """The tensor's dispatch keys (``torch._C._dispatch_keys(t)``)."""
         return self._key_set
+
+    def is_inference(self) -> bool:
+        """Made in inference mode: neither ADInplaceOrView nor an autograd key among its keys
+        (``TensorImpl::is_inference``)."""
+        ks = self._key_set
+        return not ks.has_any(inplace_or_view_ks) and not ks.has_any(autograd_dispatch_keyset)
 
     # .grad is chapter 3's slot; a gradient the engine stores is made a retorch.Tensor here,
     # so that optimizers step with dispatched ops on both sides.
@@ -347,10 +363,7 @@ def tensor(data, dtype=None, device: str = "cpu", requires_grad: bool = False) -
     raw = rt.tensor(data, dtype=dtype)
     if device != "cpu":
         raw = raw.to(device=device)
-    out = Tensor(raw, requires_grad=requires_grad)
-    if grad_mode._inference_enabled:
-        out._version_counter = grad_mode.INFERENCE_VERSION
-    return out
+    return Tensor(raw, requires_grad=requires_grad)
 
 
 def from_torch(t, requires_grad: bool | None = None, device: str = "cpu") -> Tensor:

@@ -159,6 +159,7 @@ autocast_dispatch_keyset = DispatchKeySet(
 default_included_set = DispatchKeySet((K.BackendSelect, K.ADInplaceOrView))
 default_excluded_set = autocast_dispatch_keyset
 autograd_dispatch_keyset_with_ADInplaceOrView = autograd_dispatch_keyset.add(K.ADInplaceOrView)  # noqa: N816
+inplace_or_view_ks = DispatchKeySet(K.ADInplaceOrView)
 python_ks = DispatchKeySet((K.Python, K.PythonTLSSnapshot))
 autogradother_backends = DispatchKeySet(
     (K.FPGA, K.Vulkan, K.Metal, K.CustomRNGKeyId, K.MkldnnCPU, K.Sparse, K.SparseCsr, K.Quantized)

@@ -203,25 +203,39 @@ def _inplace_kernel(name):
     return kernel
 
 
+def bump(self) -> None:
+    """``VariableVersion::bump``: an inference tensor has no counter, and may change in place
+    only inside inference mode (it reaches this kernel only outside it: inside, neither its
+    keys nor the thread's included set hold ADInplaceOrView)."""
+    if self._version_counter is grad_mode.INFERENCE_VERSION:
+        if not grad_mode._inference_enabled:
+            raise RuntimeError(grad_mode.ERR_INFERENCE_INPLACE)
+        return
+    self._version_counter.value += 1
+
+
 def _ad_inplace(name):
     """ADInplaceOrView for an in-place op: run below, then bump the version counter."""
     handle = _handle(name)
 
     def kernel(ks, self, *args, **kwargs):
         handle.redispatch(ks & after_ADInplaceOrView_keyset, self, *args, **kwargs)
-        if self._version_counter is not grad_mode.INFERENCE_VERSION:
-            self._version_counter.value += 1
+        bump(self)
         return self
 
     return kernel
 
 
 def _ad_view(name):
-    """ADInplaceOrView for a view op: the output shares its base's storage and version."""
+    """ADInplaceOrView for a view op: the output shares its base's storage, version counter
+    and keys (``TensorImpl``'s VIEW constructor copies the base's key set, so a view made in
+    inference mode of a normal tensor is a normal tensor, and one of an inference tensor is
+    an inference tensor)."""
     handle = _handle(name)
 
     def kernel(ks, self, *args, **kwargs):
         out = handle.redispatch(ks & after_ADInplaceOrView_keyset, self, *args, **kwargs)
+        out._key_set = self._key_set
         if name == "detach":
             out._version_counter = self._version_counter
             return out

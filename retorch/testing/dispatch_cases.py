@@ -1,0 +1,84 @@
+"""Cases that chapter 5 and its tests run on torch and on retorch alike.
+
+``autocast_precisions``: the precision of each op's output under autocast on the CPU, op by
+op, for ops from each of the policy lists of ``aten/src/ATen/autocast_mode.cpp``
+(``lower_precision_fp``, ``fp32``, ``promote``) and for ops on none of them. Precisions are
+named by their part, not their dtype: torch's autocast lowers float32 ("full") to bfloat16
+("lower"); retorch's, which has no bfloat16, lowers float64 to float32. Each op runs on
+inputs of full, lower and (for two-input ops) mixed precision, so an op on the fp32 list
+(lower in, full out) differs from an unlisted one (lower in, lower out), and a
+lower_precision_fp op from both (full in, lower out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: (op, torch's list for it, how to call it on inputs a, b and a class-index target)
+AUTOCAST_OPS = [
+    ("mm", "lower_precision_fp", 2, lambda F, a, b, t: a.mm(b.t())),
+    ("matmul", "lower_precision_fp", 2, lambda F, a, b, t: a @ b.t()),
+    ("linear", "lower_precision_fp", 2, lambda F, a, b, t: F.linear(a, b)),
+    ("nll_loss", "fp32", 1, lambda F, a, b, t: F.nll_loss(a, t)),
+    ("add", "none", 2, lambda F, a, b, t: a + b),
+    ("mul", "none", 2, lambda F, a, b, t: a * b),
+    ("relu", "none", 1, lambda F, a, b, t: a.relu()),
+    ("exp", "none", 1, lambda F, a, b, t: a.exp()),
+    ("softmax", "none", 1, lambda F, a, b, t: a.softmax(1)),
+    ("sum", "none", 1, lambda F, a, b, t: a.sum()),
+]
+#: torch's CPU promote list holds cat, stack and index_copy: retorch defines none of them.
+PROMOTE_OPS = [("stack", "promote", 2, lambda F, a, b, t: F.stack([a, b]))]
+
+INPUTS = {1: ("full", "lower"), 2: ("full", "lower", "full+lower")}
+
+
+def _libs(lib: str):
+    from types import SimpleNamespace
+
+    import torch
+    import torch.nn.functional as F
+
+    if lib == "torch":
+        fns = SimpleNamespace(linear=F.linear, nll_loss=F.nll_loss, stack=torch.stack)
+        dtypes = {"full": torch.float32, "lower": torch.bfloat16}
+
+        def make(v, p):
+            return torch.tensor(v, dtype=dtypes[p])
+
+        target = torch.tensor([0, 2, 1, 0])
+        return make, target, dtypes, lambda: torch.autocast("cpu", dtype=torch.bfloat16), fns
+    import retorch.tensor as rt
+    from retorch.dispatch import Tensor
+    from retorch.dispatch.autocast_mode import autocast
+    from retorch.dispatch.native_functions import aten
+
+    fns = SimpleNamespace(linear=F.linear, nll_loss=aten.nll_loss)
+
+    dtypes = {"full": rt.float64, "lower": rt.float32}
+
+    def make(v, p):
+        return Tensor(rt.tensor(v.astype(np.float64 if p == "full" else np.float32)))
+
+    target = Tensor(rt.tensor(np.array([0, 2, 1, 0])))
+    return make, target, dtypes, lambda: autocast("cpu"), fns
+
+
+def autocast_precisions(lib: str, ops=None) -> dict[str, str]:
+    """op -> "full->lower, lower->lower, full+lower->lower": the precision of its output
+    under ``lib``'s CPU autocast for each precision of its inputs."""
+    make, target, dtypes, autocast, fns = _libs(lib)
+    name_of = {v: k for k, v in dtypes.items()}
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
+    out = {}
+    for name, _, arity, call in AUTOCAST_OPS if ops is None else ops:
+        parts = []
+        for inputs in INPUTS[arity]:
+            pa, pb = (inputs.split("+") * 2)[:2]
+            a, b = make(x, pa), make(w if name in ("mm", "matmul", "linear") else x, pb)
+            with autocast():
+                y = call(fns, a, b, target)
+            parts.append(f"{inputs}->{name_of.get(y.dtype, str(y.dtype))}")
+        out[name] = ", ".join(parts)
+    return out
