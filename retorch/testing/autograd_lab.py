@@ -16,8 +16,9 @@ import re
 import torch
 
 
-def observed_order(loss):
-    """The order torch's engine really runs the nodes, seen through a pre-hook on each."""
+def observed_order(loss, inputs=None):
+    """The order torch's engine really runs the nodes, seen through a pre-hook on each, for
+    ``loss.backward()`` or, given ``inputs``, for ``torch.autograd.grad(loss, inputs)``."""
     order, seen, stack = [], set(), [loss.grad_fn]
     while stack:
         fn = stack.pop()
@@ -25,7 +26,10 @@ def observed_order(loss):
             seen.add(fn)
             fn.register_prehook(lambda grads, fn=fn: order.append(type(fn).__name__))
             stack.extend(f for f, _ in fn.next_functions)
-    loss.backward()
+    if inputs is None:
+        loss.backward()
+    else:
+        torch.autograd.grad(loss, inputs)
     return order
 
 
@@ -59,6 +63,11 @@ def graph_5(a, b):  # a * b: both leaves' AccumulateGrad nodes are ready at once
 
 def graph_6(a, b):  # b's gradient is the first gradient itself, expanded by SumBackward0
     return (a.exp() * a).sum() + b.sum()
+
+
+def graph_7(a, b):  # h, a non-leaf: torch.autograd.grad(loss, [h]) stops at h's node
+    h = a.exp() * b
+    return (h.tanh() * a + h).sum(), h
 
 
 def tensor(shape, dtype, layout, generator):
@@ -116,6 +125,22 @@ def check_sum_to(cmp, sum_to):
         cmp.tensor_like(got, leaf.grad, what, hint, rtol=tol, atol=tol)
 
 
+ORDER_CASES = [  # (what, graph, the inputs asked for (None: backward), a needs grad)
+    ("graph_1", graph_1, None, True),
+    ("graph_2", graph_2, None, True),
+    ("graph_3", graph_3, None, True),
+    ("graph_5", graph_5, None, True),
+    ("graph_2 with a constant a (edges to None)", graph_2, None, False),
+    ("graph_1, inputs [b]", graph_1, "b", True),
+    ("graph_1, inputs [a]", graph_1, "a", True),
+    ("graph_2, inputs [a]", graph_2, "a", True),
+    ("graph_4, inputs [a, b]", graph_4, "ab", True),
+    ("graph_2 with a constant a, inputs [b]", graph_2, "b", False),
+    ("graph_7, inputs [h] (a non-leaf)", graph_7, "h", True),
+    ("graph_7, inputs [h, b]", graph_7, "hb", True),
+]
+
+
 def check_execution_order(cmp, execution_order):
     torch.manual_seed(0)
     hint = (
@@ -125,19 +150,23 @@ def check_execution_order(cmp, execution_order):
         "last pushed, not the first pushed), with a tie-breaker that is never a node (two leaves' "
         "AccumulateGrad nodes have the same number)"
     )
-    cases = [
-        ("graph_1", graph_1, True),
-        ("graph_2", graph_2, True),
-        ("graph_3", graph_3, True),
-        ("graph_5", graph_5, True),
-        ("graph_2 with a constant a (edges to None)", graph_2, False),
-    ]
-    for what, build, a_needs_grad in cases:
+    grad_hint = (
+        "with inputs, a node runs only if a gradient flows from it to an input: through any of "
+        "its edges, to a node that runs or to an input's own node (inp.grad_fn for a non-leaf, "
+        "the AccumulateGrad whose .variable is the leaf), which receives the gradient but does "
+        "not run"
+    )
+    for what, build, which, a_needs_grad in ORDER_CASES:
         a = torch.randn(3, requires_grad=a_needs_grad)
         b = torch.randn(3, requires_grad=True)
-        loss = build(a, b)
-        got = cmp.call(lambda: execution_order(loss.grad_fn), f"execution_order({what})", hint)
-        cmp.equal(got, observed_order(loss), f"order of nodes for {what}", hint)
+        out = build(a, b)
+        loss, h = out if isinstance(out, tuple) else (out, None)
+        inputs = None if which is None else [dict(a=a, b=b, h=h)[c] for c in which]
+        why = hint if inputs is None else grad_hint
+        got = cmp.call(
+            lambda: execution_order(loss.grad_fn, inputs), f"execution_order({what})", why
+        )
+        cmp.equal(got, observed_order(loss, inputs), f"order of nodes for {what}", why)
 
 
 BACKWARD_PASSES = [  # leaves: a, W (stored transposed), c (float64), d (needs no grad), e, f

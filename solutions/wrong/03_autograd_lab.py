@@ -590,3 +590,64 @@ WRONG["ex5_run_backward"] += [
         _ENGINE_WRITE_GRAD,
     ),
 ]
+
+# Exercise 2 now asks for torch.autograd.grad's order too (execution_order(root, inputs)), which
+# chapter 3 does not trace. The wrong answers above get the right pruning, so that each keeps its
+# own single mistake; the ones below get the pruning wrong.
+_PRUNE = """\
+    leads = {}
+
+    def receives(node):
+        return any(node is x.grad_fn or getattr(node, "variable", None) is x for x in inputs)
+
+    def needed(node):
+        if inputs is None:
+            return True
+        if node not in leads:
+            leads[node] = any(nxt is not None and (receives(nxt) or needed(nxt))
+                              for nxt, _ in node.next_functions)
+        return leads[node]
+
+"""
+
+
+def _pruned(code):
+    return _PRUNE + code.replace(
+        "if deps[nxt] == 0:", "if deps[nxt] == 0 and needed(nxt):"
+    ).replace(
+        "if nxt is not None and nxt not in seen:",
+        "if nxt is not None and nxt not in seen and needed(nxt):",
+    )
+
+
+WRONG["ex2_execution_order"] = [(what, _pruned(code)) for what, code in WRONG["ex2_execution_order"]]
+_ORDER_GRAD = _pruned(_ORDER_HEAP)
+
+WRONG["ex2_execution_order"] += [
+    ("runs every node, as loss.backward() does (inputs ignored)", _ORDER_HEAP),
+    (
+        "prunes the AccumulateGrad nodes only: branches that lead to no input still run",
+        _ORDER_GRAD.replace(
+            "if deps[nxt] == 0 and needed(nxt):",
+            'if deps[nxt] == 0 and (inputs is None or type(nxt).__name__ != "AccumulateGrad"):',
+        ),
+    ),
+    (
+        "runs an input's own node too (it only receives the gradient)",
+        _ORDER_GRAD.replace(
+            "if deps[nxt] == 0 and needed(nxt):",
+            "if deps[nxt] == 0 and (needed(nxt) or receives(nxt)):",
+        ),
+    ),
+    (
+        "looks for a path to an input through each node's first edge only",
+        _ORDER_GRAD.replace(
+            "for nxt, _ in node.next_functions)", "for nxt, _ in node.next_functions[:1])"
+        ),
+    ),
+    (
+        "finds an input's node by AccumulateGrad's .variable only (a non-leaf input is missed)",
+        _ORDER_GRAD.replace('node is x.grad_fn or getattr(node, "variable", None) is x',
+                            'getattr(node, "variable", None) is x'),
+    ),
+]
