@@ -1,46 +1,45 @@
 """Wrong answers a student could plausibly write for lab 4; each must fail its graded check.
 
 Used by ``tools/check_wrong_answers.py 04_tensor_lab``. Each entry replaces the BEGIN/END
-SOLUTION region(s) of the exercise's solution cell (exercise 2's cell has two: transpose,
-expand; exercise 4's two: infer_size, broadcast_strides; exercise 6's two: round_size,
-allocation_size).
+SOLUTION region(s) of the exercise's solution cell (exercise 2's cell has two: unfold_meta,
+diagonal_meta; exercise 4's two: infer_size, broadcast_strides).
 """
 
-_STRIDES = """\
-strides, step = [], 1
-for n in reversed(sizes):
-    strides.append(step)
-    step *= max(n, 1)
-return tuple(reversed(strides))
+_CL = """\
+if len(sizes) not in (4, 5):
+    raise RuntimeError(f"channels_last needs 4 dims, channels_last_3d 5: got {len(sizes)}")
+fastest_first = [1, *range(len(sizes) - 1, 1, -1), 0]  # C, W, H, (D), N
+strides, step = [0] * len(sizes), 1
+for d in fastest_first:
+    strides[d] = step
+    step *= sizes[d]
+return tuple(strides)
 """
 
-_TRANSPOSE = """\
+_UNFOLD = """\
+dim %= len(sizes)
+if size > sizes[dim] or step <= 0:
+    raise RuntimeError(f"cannot unfold {size} elements with step {step} from dim {dim}")
+new_sizes, new_strides = [*sizes, size], [*strides, strides[dim]]
+new_sizes[dim] = (sizes[dim] - size) // step + 1
+new_strides[dim] = strides[dim] * step
+return tuple(new_sizes), tuple(new_strides), offset
+"""
+
+_DIAG = """\
 n = len(sizes)
-dim0, dim1 = dim0 % n, dim1 % n
-sizes, strides = list(sizes), list(strides)
-sizes[dim0], sizes[dim1] = sizes[dim1], sizes[dim0]
-strides[dim0], strides[dim1] = strides[dim1], strides[dim0]
-return tuple(sizes), tuple(strides), offset
-"""
-
-_EXPAND = """\
-lead = len(new_sizes) - len(sizes)
-out_sizes, out_strides = [0] * len(new_sizes), [0] * len(new_sizes)
-for k in range(len(new_sizes) - 1, -1, -1):
-    want = new_sizes[k]
-    if k < lead:  # a new dim: size 1, stride as if contiguous with the dim after it
-        have = 1
-        stride = out_sizes[k + 1] * out_strides[k + 1] if k + 1 < len(new_sizes) else 1
-    else:
-        have, stride = sizes[k - lead], strides[k - lead]
-    if want == -1:
-        want = have
-    if want != have:
-        if have != 1:
-            raise RuntimeError(f"cannot expand size {have} to {want} at dim {k}")
-        stride = 0
-    out_sizes[k], out_strides[k] = want, stride
-return tuple(out_sizes), tuple(out_strides), offset
+dim1, dim2 = dim1 % n, dim2 % n
+if dim1 == dim2:
+    raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+if diag >= 0:
+    length, start = min(sizes[dim1], sizes[dim2] - diag), diag * strides[dim2]
+else:
+    length, start = min(sizes[dim1] + diag, sizes[dim2]), -diag * strides[dim1]
+length = max(length, 0)
+rest = [d for d in range(n) if d not in (dim1, dim2)]
+new_sizes = tuple(sizes[d] for d in rest) + (length,)
+new_strides = tuple(strides[d] for d in rest) + (strides[dim1] + strides[dim2],)
+return new_sizes, new_strides, offset + start if length else offset
 """
 
 _VIEW = """\
@@ -129,156 +128,133 @@ _NTILES = "range((a.shape[1] + TILE - 1) // TILE)"
 _STORE = "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc"
 _SYNC1 = "    cuda.syncthreads()\n    for kk"
 
-_ROUND = """\
-if nbytes < 512:
-    return 512
-return 512 * ((nbytes + 511) // 512)
-"""
-
-_ALLOC = """\
-if size <= 1 * MiB:
-    return 2 * MiB
-if size < 10 * MiB:
-    return 20 * MiB
-return 2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))
+_PICK = """\
+limit = float("inf") if max_split_size is None else max_split_size
+pool = "small" if size <= MiB else "large"
+fits = sorted(b for b in (small if pool == "small" else large) if b[0] >= size)
+if not fits:
+    return pool, None, False
+block = tuple(fits[0])
+if size < limit <= block[0] or (size >= limit and block[0] >= size + 20 * MiB):
+    return pool, None, False
+rest = block[0] - size
+split = rest >= 512 if pool == "small" else (size < limit and rest > MiB)
+return pool, block, split
 """
 
 WRONG = {
-    "ex1_contiguous_strides": [
+    "ex1_channels_last_strides": [
         (
-            "column-major (Fortran) order: strides grow from the first dim",
+            "contiguous strides (dim order N, C, H, W) copied from the chapter",
             """\
-strides, step = [], 1
-for n in sizes:
-    strides.append(step)
-    step *= max(n, 1)
-return tuple(strides)
-""",
-        ),
-        (
-            "size-0 dims multiplied in as they are (every stride before them becomes 0)",
-            _STRIDES.replace("step *= max(n, 1)", "step *= n"),
-        ),
-        (
-            "each stride includes its own dim's size (off by one dim)",
-            """\
+if len(sizes) not in (4, 5):
+    raise RuntimeError("channels_last needs 4 or 5 dims")
 strides, step = [], 1
 for n in reversed(sizes):
-    step *= max(n, 1)
     strides.append(step)
+    step *= max(n, 1)
 return tuple(reversed(strides))
 """,
         ),
         (
-            "size-1 dims given stride 0, as if they were broadcast",
-            _STRIDES.replace("strides.append(step)", "strides.append(0 if n == 1 else step)"),
+            "size-0 and size-1 dims skipped with max(n, 1), as contiguous strides do",
+            _CL.replace("step *= sizes[d]", "step *= max(sizes[d], 1)"),
         ),
         (
-            "a 0-d tensor given the stride (1,) instead of ()",
-            "if not sizes:\n    return (1,)\n" + _STRIDES,
+            "the 4-d order hard-coded (C, W, H, N), so a 5-d volume misses D",
+            _CL.replace("[1, *range(len(sizes) - 1, 1, -1), 0]", "[1, 3, 2, 0]"),
         ),
         (
-            "the strides left innermost first (the final reverse forgotten)",
-            _STRIDES.replace("return tuple(reversed(strides))", "return tuple(strides)"),
+            "W and H swapped (C, H, W, N from fastest)",
+            _CL.replace("[1, *range(len(sizes) - 1, 1, -1), 0]", "[1, *range(2, len(sizes)), 0]"),
         ),
         (
-            "each stride as np.prod of the later sizes: the empty product is the float 1.0",
-            "return tuple(np.prod([max(n, 1) for n in sizes[k + 1 :]]) for k in range(len(sizes)))",
+            "N's stride as numel / N: a float (and a 0 division for N = 0)",
+            _CL.replace(
+                "return tuple(strides)",
+                "strides[0] = math.prod(sizes) / sizes[0] if sizes[0] else strides[0]\n"
+                "return tuple(strides)",
+            ).replace("if len(sizes)", "import math\nif len(sizes)"),
         ),
         (
-            "a list returned instead of a tuple ([3, 1] != (3, 1))",
-            _STRIDES.replace("return tuple(reversed(strides))", "return list(reversed(strides))"),
+            "no error for other ranks: a 3-d (C, H, W) gets strides too",
+            _CL.replace("if len(sizes) not in (4, 5):", "if len(sizes) < 3:"),
+        ),
+        (
+            "the strides of the example (2, 3, 4, 5) hard-coded",
+            "return (60, 1, 15, 3) if len(sizes) == 4 else (360, 1, 90, 18, 3)\n",
+        ),
+        (
+            "a list returned instead of a tuple",
+            _CL.replace("return tuple(strides)", "return strides"),
         ),
     ],
     "ex2_view_meta": [
         (
-            "transpose swaps the sizes but not the strides",
+            "unfold's window count divided with / (a float where an int is required)",
             [
-                _TRANSPOSE.replace(
-                    "strides[dim0], strides[dim1] = strides[dim1], strides[dim0]\n", ""
+                _UNFOLD.replace(
+                    "(sizes[dim] - size) // step + 1", "(sizes[dim] - size) / step + 1"
                 ),
                 None,
             ],
         ),
         (
-            "negative dims not wrapped (Python's list indexing wraps -1, but not -2 with 4 dims "
-            "the same way after the swap)",
+            "unfold's stride along dim not multiplied by step",
+            [_UNFOLD.replace("new_strides[dim] = strides[dim] * step\n", ""), None],
+        ),
+        (
+            "unfold's new dim given stride 1 (as if contiguous)",
+            [_UNFOLD.replace("[*strides, strides[dim]]", "[*strides, 1]"), None],
+        ),
+        (
+            "unfold's window count off by one ((n - size) // step)",
             [
-                _TRANSPOSE.replace(
-                    "dim0, dim1 = dim0 % n, dim1 % n", "dim0, dim1 = abs(dim0), abs(dim1)"
+                _UNFOLD.replace("(sizes[dim] - size) // step + 1", "(sizes[dim] - size) // step"),
+                None,
+            ],
+        ),
+        (
+            "unfold accepts a window larger than the dim and a step of 0",
+            [
+                _UNFOLD.replace("if size > sizes[dim] or step <= 0:", "if False:").replace(
+                    "// step + 1", "// max(step, 1) + 1"
                 ),
                 None,
             ],
         ),
         (
-            "a dim of size 1 that grows keeps its stride",
-            [None, _EXPAND.replace("        stride = 0\n", "")],
+            "diagonal: negative dims not wrapped",
+            [None, _DIAG.replace("dim1, dim2 = dim1 % n, dim2 % n\n", "")],
         ),
         (
-            "every new leading dim gets stride 0, also one that stays of size 1",
+            "diagonal: the storage offset never moves (the main diagonal's start for every diag)",
+            [None, _DIAG.replace("offset + start if length else offset", "offset")],
+        ),
+        (
+            "diagonal: the length not clamped at 0 when diag is past the edge",
+            [None, _DIAG.replace("length = max(length, 0)\n", "")],
+        ),
+        (
+            "diagonal: the start moved even when the diagonal is empty",
+            [None, _DIAG.replace("offset + start if length else offset", "offset + start")],
+        ),
+        (
+            "diagonal: the roles of dim1 and dim2 swapped for a positive diag",
+            [None, _DIAG.replace("diag * strides[dim2]", "diag * strides[dim1]")],
+        ),
+        (
+            "diagonal: the new dim steps by the larger stride only",
             [
                 None,
-                _EXPAND.replace(
-                    "stride = out_sizes[k + 1] * out_strides[k + 1] if k + 1 < len(new_sizes) else 1",
-                    "stride = 0",
+                _DIAG.replace(
+                    "(strides[dim1] + strides[dim2],)", "(max(strides[dim1], strides[dim2]),)"
                 ),
             ],
         ),
         (
-            "-1 taken literally as a size (never matches, so it raises or grows)",
-            [None, _EXPAND.replace("    if want == -1:\n        want = have\n", "")],
-        ),
-        (
-            "negative dims wrapped one short (n + dim - 1)",
-            [
-                _TRANSPOSE.replace(
-                    "dim0, dim1 = dim0 % n, dim1 % n",
-                    "dim0, dim1 = (d + n - 1 if d < 0 else d for d in (dim0, dim1))",
-                ),
-                None,
-            ],
-        ),
-        (
-            "the storage offset reset to 0, as if the view were a new tensor",
-            [_TRANSPOSE.replace("tuple(strides), offset", "tuple(strides), 0"), None],
-        ),
-        (
-            "the strides recomputed as contiguous for the swapped sizes",
-            [
-                _TRANSPOSE.replace(
-                    "return tuple(sizes), tuple(strides), offset",
-                    "return tuple(sizes), torch.empty(sizes).stride(), offset",
-                ),
-                None,
-            ],
-        ),
-        (
-            "broadcasting's symmetric rule: a dim of size 3 may 'expand' to 1",
-            [None, _EXPAND.replace("if have != 1:", "if have != 1 and want != 1:")],
-        ),
-        (
-            "only a growing mismatch raises: a dim of size 3 may shrink to 2",
-            [None, _EXPAND.replace("if have != 1:", "if have != 1 and want > have:")],
-        ),
-        (
-            "a new dim that stays of size 1 takes the input's first dim's size times stride, "
-            "not the expanded dim after it",
-            [
-                None,
-                _EXPAND.replace(
-                    "stride = out_sizes[k + 1] * out_strides[k + 1] if k + 1 < len(new_sizes) else 1",
-                    "stride = sizes[0] * strides[0] if sizes else 1",
-                ),
-            ],
-        ),
-        (
-            "the new dims added at the end (shapes aligned from the left)",
-            [
-                None,
-                _EXPAND.replace("if k < lead:", "if k >= len(sizes):").replace(
-                    "sizes[k - lead], strides[k - lead]", "sizes[k], strides[k]"
-                ),
-            ],
+            "diagonal: the same dim twice accepted",
+            [None, _DIAG.replace("if dim1 == dim2:", "if False:")],
         ),
     ],
     "ex3_view_strides": [
@@ -664,80 +640,63 @@ return tuple(reversed(out))
             ),
         ),
     ],
-    "ex6_allocator_rounding": [
+    "ex6_allocator_pick": [
         (
-            "rounded to the next power of two",
-            [
-                """\
-size = 512
-while size < nbytes:
-    size *= 2
-return size
-""",
-                None,
-            ],
+            "first fit: the first block of the list that is large enough",
+            _PICK.replace("fits = sorted(b for b", "fits = list(b for b"),
         ),
         (
-            "an exact multiple of 512 rounded up once more",
-            [_ROUND.replace("(nbytes + 511) // 512", "nbytes // 512 + 1"), None],
+            "best fit ordered by address first, then size",
+            _PICK.replace(
+                'fits = sorted(b for b in (small if pool == "small" else large) if b[0] >= size)',
+                'fits = sorted((b for b in (small if pool == "small" else large) '
+                "if b[0] >= size), key=lambda b: (b[1], b[0]))",
+            ),
         ),
         (
-            "1 MiB exactly treated as a large request",
-            [None, _ALLOC.replace("size <= 1 * MiB", "size < 1 * MiB")],
+            "1 MiB exactly sent to the large pool (size < 1 MiB)",
+            _PICK.replace("size <= MiB", "size < MiB"),
         ),
         (
-            "10 MiB exactly given a 20 MiB segment",
-            [None, _ALLOC.replace("size < 10 * MiB", "size <= 10 * MiB")],
+            "both pools searched together",
+            _PICK.replace('(small if pool == "small" else large)', "(small + large)"),
         ),
         (
-            "large requests get exactly their size",
-            [
-                None,
-                _ALLOC.replace(
-                    "return 2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))", "return size"
-                ),
-            ],
+            "the large pool split with the small pool's rule (a rest of 512 bytes or more)",
+            _PICK.replace(
+                'split = rest >= 512 if pool == "small" else (size < limit and rest > MiB)',
+                "split = rest >= 512",
+            ),
         ),
         (
-            "rounded down to a multiple of 512 (at least 512)",
-            [_ROUND.replace("(nbytes + 511) // 512", "nbytes // 512"), None],
+            "the large pool splits a rest of exactly 1 MiB (>= instead of >)",
+            _PICK.replace("rest > MiB", "rest >= MiB"),
         ),
         (
-            "a 0-byte request gets 0 bytes",
-            [
-                _ROUND.replace(
-                    "if nbytes < 512:\n    return 512\n", "if nbytes == 0:\n    return 0\n"
-                ),
-                None,
-            ],
+            "max_split_size ignored",
+            _PICK.replace(
+                'limit = float("inf") if max_split_size is None else max_split_size',
+                'limit = float("inf")',
+            ),
         ),
         (
-            "the bit trick masks with ~512 instead of ~511",
-            [_ROUND.replace("512 * ((nbytes + 511) // 512)", "(nbytes + 511) & ~512"), None],
+            "a block of exactly max_split_size not counted as oversize (> instead of >=)",
+            _PICK.replace("size < limit <= block[0]", "size < limit < block[0]"),
         ),
         (
-            "MiB read as a million bytes (1_000_000, 10_000_000)",
-            [None, _ALLOC.replace("1 * MiB", "1_000_000").replace("10 * MiB", "10_000_000")],
+            "a block exactly 20 MiB larger than a large request accepted (> instead of >=)",
+            _PICK.replace("block[0] >= size + 20 * MiB", "block[0] > size + 20 * MiB"),
         ),
         (
-            "large requests always get 2 MiB more than their size rounded down",
-            [
-                None,
-                _ALLOC.replace(
-                    "2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))",
-                    "2 * MiB * (size // (2 * MiB) + 1)",
-                ),
-            ],
+            "the oversize rounding limit taken as 2 MiB (kRoundLarge) instead of 20 MiB",
+            _PICK.replace("size + 20 * MiB", "size + 2 * MiB"),
         ),
         (
-            "large requests rounded to a multiple of the 20 MiB large buffer",
-            [
-                None,
-                _ALLOC.replace(
-                    "2 * MiB * ((size + 2 * MiB - 1) // (2 * MiB))",
-                    "20 * MiB * ((size + 20 * MiB - 1) // (20 * MiB))",
-                ),
-            ],
+            "no block in the pool: split True, as a new 2 MiB segment would be split",
+            _PICK.replace(
+                "if not fits:\n    return pool, None, False",
+                "if not fits:\n    return pool, None, True",
+            ),
         ),
     ],
 }
