@@ -8,9 +8,9 @@ differ in tanh (Inductor's loop calls at::vec's Vectorized<float>::tanh, which i
 tanh; ours is 1 - 2 / (exp(2x) + 1) through a polynomial exp), tanh alone shows it. Both run
 on one thread (torch.set_num_threads(1): Inductor then writes a serial loop; Numba's prange
 runs on one thread too), so that the times are each loop's work per element and not how the
-two thread pools share a busy machine. Times are the fastest of 25 interleaved samples, in ms
-(a sample is 10 calls at 1M, 1 at 10M): on a shared machine the fastest sample is the least
-disturbed. The result also
+two thread pools share a busy machine. Times are CPU time of the process
+(time.process_time: time the machine gave to other programs is not counted), the fastest of
+25 interleaved samples, in ms (a sample is 10 calls at 1M, 1 at 10M). The result also
 stores the vector ISA Inductor picked on the machine and the widest vector register in the
 machine code of our GELU kernel, so that a reader sees whether both used the same width.
 """
@@ -82,10 +82,10 @@ def run(quick: bool = False) -> dict:
                 number = max(1, 10_000_000 // n)
                 for _ in range(3 if quick else 25):
                     for impl, f in impls.items():  # interleaved, so drifts hit both
-                        t0 = time.perf_counter()
+                        t0 = time.process_time()
                         for _ in range(number):
                             f(x)
-                        samples[impl].append((time.perf_counter() - t0) / number * 1e3)
+                        samples[impl].append((time.process_time() - t0) / number * 1e3)
             rows += [{"case": f"{name}, {n // 10**6}M", "impl": impl,
                       "value": min(ms)} for impl, ms in samples.items()]  # fmt: skip
     torch._dynamo.reset()
