@@ -446,3 +446,97 @@ def test_recompute_partition_recomputes_nothing_where_that_saves_nothing(name):
     recompute = run_ours(fn, args, recompute_partition)
     assert ops(recompute.bw_module) == ops(default.bw_module)
     assert saved_values(recompute.fw_module, 1) == saved_values(default.fw_module, 1)
+
+
+# -- torch's bans, and inputs that are broadcast or need no gradient --
+def test_gelu_tanh_is_banned_for_torchs_reason_and_recomputed_without_the_ban():
+    from retorch.aot import ban_reasons
+    from retorch.aot.debug import materialized_backwards, torch_partitioner_log
+
+    args = make_args("gelu_tanh")
+    with torch_partitioner_log() as log:
+        theirs = run_torch(gelu_tanh, args, min_cut_rematerialization_partition)
+    assert materialized_backwards(log) == {"tanh": ["detach", "add_1"], "mul_5": ["output"]}
+    ours = run_ours(gelu_tanh, args, recompute_partition)
+    assert ban_reasons(ours.joint.module, 1) == {
+        "tanh": "materialized in backward", "mul_5": "materialized in backward"}  # fmt: skip
+    assert saved_values(ours.fw_module, 1) == saved_values(theirs["fw"], 1) == ["primals_1", "tanh"]
+    import functools
+
+    import torch._functorch.config as functorch_config
+
+    with functorch_config.patch(ban_recompute_materialized_backward=False):
+        theirs = run_torch(gelu_tanh, args, min_cut_rematerialization_partition)
+    ours = run_ours(gelu_tanh, args, functools.partial(
+        recompute_partition, ban_recompute_materialized_backward=False))  # fmt: skip
+    assert saved_values(ours.fw_module, 1) == saved_values(theirs["fw"], 1) == ["primals_1"]
+    assert ops(ours.bw_module)["aten.tanh.default"] == 1  # recomputed in the backward
+
+
+SECOND_INPUT_SHAPES = [(3, 2), (2,), (3, 1), (1, 2), (1,)]
+
+
+@st.composite
+def programs_on_broadcast_inputs(draw):
+    """A random program on x (3, 2) needing a gradient and y of a broadcast shape that may not."""
+    program = draw(programs())
+    return program, draw(st.sampled_from(SECOND_INPUT_SHAPES)), draw(st.booleans())
+
+
+def broadcast_args(shape, y_needs_grad, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    return [x, torch.randn(shape, generator=g, dtype=torch.float64).requires_grad_(y_needs_grad)]
+
+
+def _differentiable(fn, args) -> bool:
+    out = fn(*args)
+    return any(o.requires_grad for o in (out if isinstance(out, tuple) else (out,)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=programs_on_broadcast_inputs(), seed=st.integers(0, 2**16))
+def test_random_programs_on_broadcast_and_no_grad_inputs(case, seed):
+    """Both partitions against eager torch and against torch's partitioners, where a corpus of
+    same-shaped inputs that all need gradients left a blind spot: saved tensors of different
+    sizes (a broadcast input is smaller than the values made from it), and an input whose
+    gradient is None that the backward may still read."""
+    from retorch.aot import ban_reasons
+    from retorch.aot.debug import materialized_backwards, torch_partitioner_log
+    from retorch.aot.partitioners import _required_fw
+
+    program, shape, y_needs_grad = case
+    fn, args = program_function(*program), broadcast_args(shape, y_needs_grad, seed)
+    if not _differentiable(fn, args):
+        return  # torch's aot_function cannot run a backward there either
+    theirs = run_torch(fn, args, torch_default_partition)
+    n_out = theirs["num_fwd_outputs"]
+    default = run_ours(fn, args, default_partition)
+    assert saved_values(default.fw_module, n_out) == saved_values(theirs["fw"], n_out)
+    with torch_partitioner_log() as log:
+        min_cut = run_torch(fn, args, min_cut_rematerialization_partition)
+    recompute = run_ours(fn, args, recompute_partition)
+    required = {n.name for n in _required_fw(min_cut["joint"], n_out)}
+    assert sorted(n for n, r in ban_reasons(recompute.joint.module, n_out).items()
+                  if r == "materialized in backward") == sorted(
+        n for n in materialized_backwards(log) if n in required)  # fmt: skip
+    # never more tensors than torch's min-cut; bytes may differ (see partitioners.py)
+    assert num_saved(recompute.fw_module, n_out) <= num_saved(min_cut["fw"], n_out)
+    assert num_saved(recompute.fw_module, n_out) <= num_saved(default.fw_module, n_out)
+    assert saved_bytes(recompute.fw_module, n_out) <= saved_bytes(default.fw_module, n_out)
+    for partition in (default_partition, recompute_partition):
+        compiled = aot_function(fn, lambda gm, ex: gm, partition_fn=partition)
+        results = []
+        for f in (fn, compiled):
+            xs = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+            out = f(*xs)
+            outs = out if isinstance(out, tuple) else (out,)
+            diff = [o for o in outs if o.requires_grad]
+            torch.autograd.backward(diff, [torch.ones_like(o) for o in diff])
+            results.append([o.detach() for o in outs] + [x.grad for x in xs])
+        for a, b in zip(*results, strict=True):
+            if a is None or b is None:
+                assert a is None and b is None
+            else:
+                assert a.shape == b.shape
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.export import Dim
 
@@ -243,3 +243,58 @@ def test_readers_are_plain_and_sorted(programs):
     counts = rx.aten_op_counts(ours)
     assert list(counts) == sorted(counts)
     assert counts["aten._native_batch_norm_legit_functional.default"] == 1
+
+
+def buffer_persistence(ep) -> list[tuple[str, bool]]:
+    """(target, persistent) of each buffer input, as the graph signature says."""
+    sig = ep.graph_signature
+    sig = sig if isinstance(sig, rx.ExportGraphSignature) else rx.graph_signature.from_torch(sig)
+    return [(s.target, s.persistent) for s in sig.input_specs if s.kind.name == "BUFFER"]
+
+
+@pytest.mark.parametrize("name", ["counter", "bn_eval", "bn_train"])
+def test_buffer_persistence_and_state_dict_agree_with_torch(programs, name):
+    ours, theirs = programs[name]
+    assert buffer_persistence(ours) == buffer_persistence(theirs)
+    assert sorted(ours.module().state_dict()) == sorted(theirs.module().state_dict())
+    buffer = io.StringIO()
+    rx.save(ours, buffer)
+    loaded = rx.load(io.StringIO(buffer.getvalue()))
+    assert buffer_persistence(loaded) == buffer_persistence(theirs)
+    assert sorted(loaded.module().state_dict()) == sorted(theirs.module().state_dict())
+
+
+class RandomBuffers(torch.nn.Module):
+    """Buffers, some not persistent, some in a child module, some written by the forward."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.child = torch.nn.Module()
+        for i, (in_child, persistent, _) in enumerate(spec):
+            owner = self.child if in_child else self
+            owner.register_buffer(f"b{i}", torch.full((3,), float(i + 1)), persistent=persistent)
+        self.spec = spec
+
+    def forward(self, x):
+        out = x
+        for i, (in_child, _, mutated) in enumerate(self.spec):
+            b = getattr(self.child if in_child else self, f"b{i}")
+            if mutated:
+                b.add_(1.0)
+            out = out * b
+        return out
+
+
+@settings(max_examples=15, deadline=None)
+@given(spec=st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), min_size=1,
+                     max_size=5))  # fmt: skip
+def test_random_buffer_persistence_equals_torch_export(spec):
+    """Which buffers are persistent (in the state_dict) in the graph signature, against
+    torch.export on modules with random buffers: persistent or not, nested, mutated or not."""
+    x = torch.randn(2, 3)
+    ours = rx.export(RandomBuffers(spec), (x,))
+    theirs = torch.export.export(RandomBuffers(spec), (x,)).run_decompositions()
+    assert buffer_persistence(ours) == buffer_persistence(theirs)
+    assert [r[::3] for r in rx.signature_rows(ours)] == [r[::3] for r in rx.signature_rows(theirs)]
+    assert sorted(ours.module().state_dict()) == sorted(theirs.module().state_dict())
+    torch.testing.assert_close(ours.module()(x), RandomBuffers(spec)(x), rtol=0, atol=0)
