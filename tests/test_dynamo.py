@@ -329,3 +329,22 @@ def test_random_call_sequences_recompile_like_torch(calls):
         assert torch.equal(theirs(xs, scale), want)
         assert ours_cnt.frame_count == theirs_cnt.frame_count, (n, scale, dtype)
     torch._dynamo.reset()
+
+
+def test_a_with_block_sets_grad_mode_in_the_graph_and_restores_it(capsys):
+    x, y = corpus.args_4x4(4)
+    x.requires_grad_()
+    for fn in (corpus.with_block, corpus.break_inside_with):
+        opt = rd.optimize()(fn)
+        got, want = opt(x, y), fn(x, y)
+        assert torch.is_grad_enabled(), fn.__name__  # tracing left grad mode as it found it
+        assert torch.equal(got, want) and got.requires_grad == want.requires_grad, fn.__name__
+        with torch.no_grad():  # the GRAD_MODE guard fails: a new entry, traced without grad
+            got, want = opt(x, y), fn(x, y)
+        assert torch.equal(got, want) and got.requires_grad == want.requires_grad, fn.__name__
+        assert torch.is_grad_enabled()
+    graph = rd.explain(corpus.with_block)(x, y).graphs[0]
+    assert [n.args for n in graph.graph.nodes if n.target is torch._C._set_grad_enabled] == [
+        (False,),
+        (True,),
+    ]

@@ -1,8 +1,9 @@
 """Functions captured by retorch.dynamo and torch._dynamo side by side (tests/test_dynamo.py).
 
 Each entry: name, function, and `torch_agrees`: False where torch captures what the rebuild
-does not (a `with` block; a graph break in a function with cell variables; a write into a dict
-the caller passed), with what the rebuild reports instead: (graph count, kinds of break).
+does not (a graph break inside a `with` block; a try block; a graph break in a function with
+cell variables; a side effect on a global list), with what the rebuild reports instead:
+(graph count, kinds of break).
 """
 
 import torch
@@ -169,6 +170,22 @@ def nonlocal_counter(x, y):
     return acc
 
 
+def break_inside_with(x, y):
+    z = x * 2
+    with torch.no_grad():
+        w = z + y
+        print("inside")
+    return w - z
+
+
+def try_except(x, y):
+    try:
+        z = x + y
+    except RuntimeError:
+        z = x
+    return z * 2
+
+
 def closure_then_break(x, y):
     def inner(a):
         return a * y
@@ -231,7 +248,9 @@ CORPUS = {
         (dict_comprehension, True, None),
         (nonlocal_counter, True, None),
         (writes_into_input_dict, True, None),
-        (with_block, False, (1, ["call", "opcode"])),
+        (with_block, True, None),
+        (break_inside_with, False, (1, ["opcode"])),
+        (try_except, False, (0, ["opcode"])),
         (closure_then_break, False, (0, [])),
         (appends_to_a_global_list, False, (2, ["call"])),
     ]

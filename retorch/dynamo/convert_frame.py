@@ -21,6 +21,8 @@ import dis
 import types
 from typing import Any
 
+import torch
+
 from .exc import Unsupported
 from .guards import GRAD_MODE, GuardManager
 from .output_graph import OutputGraph
@@ -56,6 +58,7 @@ class Reconstructor:
             BoundMethodVariable,
             ConstantVariable,
             ConstDictVariable,
+            GradModeVariable,
             ListIteratorVariable,  # fmt: skip
             NestedUserFunctionVariable,
             TensorVariable,
@@ -82,6 +85,8 @@ class Reconstructor:
             out = self.memo[id(vt)] = {}
             out.update((k, self(v)) for k, v in vt.items.items())
             return out
+        if isinstance(vt, GradModeVariable):
+            return torch.enable_grad() if vt.target else torch.no_grad()
         if isinstance(vt, NestedUserFunctionVariable):  # only one without a closure (checked)
             fn = types.FunctionType(vt.code, vt.f_globals, vt.code.co_name,
                                     self(vt.defaults) if vt.defaults else None)  # fmt: skip
@@ -151,6 +156,7 @@ def unreconstructible(vts) -> str | None:
         GeneratorObjectVariable,
         ListIteratorVariable,
         NestedUserFunctionVariable,
+        WithExitVariable,
     )
 
     todo, seen = list(vts), set()
@@ -159,7 +165,7 @@ def unreconstructible(vts) -> str | None:
         if vt is NULL or vt is None or id(vt) in seen:
             continue
         seen.add(id(vt))
-        if isinstance(vt, (GeneratorObjectVariable, CellVariable)):
+        if isinstance(vt, (GeneratorObjectVariable, CellVariable, WithExitVariable)):
             return f"a live {type(vt).__name__} at the break"
         if isinstance(vt, NestedUserFunctionVariable) and vt.closure is not None:
             return f"a live closure ({vt.code.co_qualname}) at the break"
@@ -247,6 +253,16 @@ def compile_frame(opt_fn, frame, ctx) -> tuple[GuardManager, CompiledFrame]:
     output = OutputGraph()
     tx = InstructionTranslator(fn, frame, output)
     inst, err = tx.run()
+    if err is not None and tx.with_stack:
+        # The graph broke inside a with block: a resume function cannot start inside one.
+        # Restart and stop before the outermost block instead (torch re-enters the block in
+        # its resume function).
+        offset, manager = tx.with_stack[0]
+        torch._C._set_grad_enabled(manager.prior)
+        output = OutputGraph()
+        tx = InstructionTranslator(fn, frame, output, stop_at=offset)
+        tx.stop_reason = err.reason.splitlines()[0]
+        inst, err = tx.run()
     guards = GuardManager([*output.guards.values(), GRAD_MODE()])
     try:
         action, resume = _plan_resume(tx, inst, err, ctx, fn)

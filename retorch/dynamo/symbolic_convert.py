@@ -39,6 +39,8 @@ import operator
 import sys
 import types
 
+import torch
+
 from .exc import Unsupported, unimplemented
 from .source import (
     AttrSource,
@@ -55,6 +57,7 @@ from .variables import (
     ConstantVariable,
     ConstDictVariable,
     GeneratorObjectVariable,
+    GradModeVariable,
     LazyVariable,
     ListIteratorVariable,
     ListVariable,
@@ -62,6 +65,7 @@ from .variables import (
     TensorVariable,
     TupleVariable,
     VariableTracker,
+    WithExitVariable,
     wrap,
     wrap_fx_proxy,
 )
@@ -105,6 +109,7 @@ class InstructionTranslatorBase:
         self.stack: list = []
         self.symbolic_locals = symbolic_locals
         self.kw_names: tuple = ()
+        self.with_stack: list = []  # (BEFORE_WITH offset, GradModeVariable) of open blocks
         self.ip = 0
         self.return_value: VariableTracker | None = None
 
@@ -402,6 +407,17 @@ class InstructionTranslatorBase:
         else:
             unimplemented(f"opcode CALL_INTRINSIC_1 ({inst.argrepr})", kind="opcode")
 
+    # ----- with blocks (torch: SETUP_WITH / BEFORE_WITH and variables/ctx_manager.py)
+    def BEFORE_WITH(self, inst):
+        ctx = self.stack[-1]
+        if not isinstance(ctx, GradModeVariable):
+            unimplemented(f"BEFORE_WITH on {ctx}: only torch.no_grad() and torch.enable_grad() "
+                          "blocks are traced", kind="opcode")  # fmt: skip
+        self.pop()
+        self.push(WithExitVariable(ctx))
+        self.push(ctx.enter(self))
+        self.with_stack.append((inst.offset, ctx))
+
     # ----- containers
     def BUILD_TUPLE(self, inst):
         self.push(TupleVariable(self.popn(inst.arg), owner=self))
@@ -525,7 +541,7 @@ class InstructionTranslatorBase:
 class InstructionTranslator(InstructionTranslatorBase):
     """Translates one frame from its first instruction (or a resume function's) to a stop."""
 
-    def __init__(self, fn, frame, output):
+    def __init__(self, fn, frame, output, stop_at=None):
         code = fn.__code__
         nargs = code.co_argcount + code.co_kwonlyargcount
         nargs += bool(code.co_flags & inspect.CO_VARARGS) + bool(
@@ -538,7 +554,14 @@ class InstructionTranslator(InstructionTranslatorBase):
         }
         super().__init__(code, output, symbolic_locals)
         self.fn, self.frame, self.parent, self.undo_log = fn, frame, None, []
-        self.try_ranges = [(e.start, e.end) for e in dis._parse_exception_table(code)]
+        self.stop_at, self.stop_reason = stop_at, ""  # a with block that broke: stop before it
+        self.try_ranges = [(e.start, e.end, self._is_with_handler(e.target))
+                           for e in dis._parse_exception_table(code)]  # fmt: skip
+
+    def _is_with_handler(self, target: int) -> bool:
+        """A with block's cleanup starts PUSH_EXC_INFO, WITH_EXCEPT_START (a try's does not)."""
+        i = self.index_of[target]
+        return self.instructions[i + 1].opname == "WITH_EXCEPT_START"
 
     def read_local(self, name):
         if name not in self.symbolic_locals:
@@ -561,20 +584,35 @@ class InstructionTranslator(InstructionTranslatorBase):
         return wrap(self, source.get(self.frame), source)
 
     def in_try_block(self, offset: int) -> bool:
-        return any(start <= offset < end for start, end in self.try_ranges)
+        """Inside a try block, or a with block that is not one the translator entered."""
+        return any(start <= offset < end and not (is_with and self.with_stack)
+                   for start, end, is_with in self.try_ranges)  # fmt: skip
 
     def run(self):
         """Trace until RETURN_VALUE or a graph break; return (instruction, Unsupported | None)."""
         while True:
             inst = self.instructions[self.ip]
+            if inst.offset == self.stop_at:
+                return inst, Unsupported(
+                    "a with block whose graph breaks inside runs in Python "
+                    f"(at BEFORE_WITH; inside: {self.stop_reason})",
+                    "opcode",
+                )
             if self.in_try_block(inst.offset):
-                return inst, Unsupported("a try/with block: the rest runs in Python", "opcode")
+                return inst, Unsupported(
+                    f"{inst.opname} inside a try block (or a with block "
+                    "not traced): the rest runs in Python",
+                    "opcode",
+                )
             state = (list(self.stack), dict(self.symbolic_locals), self.kw_names, self.ip)
             checkpoint, logged = self.output.checkpoint(), len(self.undo_log)
+            grad, opened = torch.is_grad_enabled(), len(self.with_stack)
             try:
                 self.step()
             except Unsupported as e:
                 self.stack, self.symbolic_locals, self.kw_names, self.ip = state
+                torch._C._set_grad_enabled(grad)
+                del self.with_stack[opened:]
                 self.output.restore(checkpoint)
                 for container, items in reversed(self.undo_log[logged:]):
                     container.items = items

@@ -688,6 +688,52 @@ class NNModuleVariable(_ValueVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
+class GradModeClassVariable(_ValueVariable):
+    """`torch.no_grad` or `torch.enable_grad` itself: calling it makes the context manager."""
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            unimplemented(f"{self.value.__name__} with arguments")
+        return GradModeVariable(self.value is torch.enable_grad)
+
+
+class GradModeVariable(VariableTracker):
+    """A `torch.no_grad()` / `torch.enable_grad()` context manager (torch: GradModeVariable in
+    variables/ctx_manager.py). Entering and leaving it set the grad mode now, so the example
+    values are computed under it, and record `torch._C._set_grad_enabled` in the graph, so the
+    compiled graph sets it too."""
+
+    def __init__(self, target: bool):
+        self.target, self.prior = target, None
+
+    def __repr__(self):
+        return f"GradModeVariable({self.target})"
+
+    def _set(self, tx, mode: bool):
+        torch._C._set_grad_enabled(mode)
+        tx.output.create_proxy("call_function", torch._C._set_grad_enabled, [mode], {})
+
+    def enter(self, tx):
+        self.prior = torch.is_grad_enabled()
+        self._set(tx, self.target)
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        self._set(tx, self.prior)
+        return ConstantVariable(None)
+
+
+class WithExitVariable(VariableTracker):
+    """The `__exit__` that BEFORE_WITH leaves on the stack; the normal exit calls it."""
+
+    def __init__(self, ctx: GradModeVariable):
+        self.ctx = ctx
+
+    def call_function(self, tx, args, kwargs):
+        tx.with_stack.pop()
+        return self.ctx.exit(tx)
+
+
 class ObjectVariable(_ValueVariable):
     """Any other object: it may be passed along, but nothing is traced through it."""
 
@@ -719,6 +765,9 @@ def wrap(tx, value, source, guard: bool = True) -> VariableTracker:
     if isinstance(value, torch.nn.Module):
         add(ID_MATCH(source, value))
         return NNModuleVariable(value, source)
+    if value is torch.no_grad or value is torch.enable_grad:
+        add(ID_MATCH(source, value))
+        return GradModeClassVariable(value, source)
     is_torch = isinstance(value, types.ModuleType) and value.__name__.split(".")[0] == "torch"
     if (
         is_torch

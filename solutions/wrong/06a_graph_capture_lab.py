@@ -2,7 +2,10 @@
 
 Used by ``tools/check_wrong_answers.py 06a_graph_capture_lab``. Each entry replaces the
 BEGIN/END SOLUTION region(s) of the exercise's solution cell (exercise 1's cell has two:
-``__getattr__``, ``__torch_function__``).
+``__getattr__``, ``__torch_function__``). The kinds the issue's outside trial named are all
+here: names starting with ``_``, operators beyond the common ones, a constant folded only for
+ints, a property read when the check runs instead of when the guard is made, keyword
+arguments, a hard-coded constant from the visible example, a float where an int is required.
 """
 
 _GETATTR = """\
@@ -19,12 +22,31 @@ _TORCH_FUNCTION = """\
 return record(graph_of(args, kwargs), "call_function", func, args, kwargs)
 """
 
-_DCE = """\
-changed = False
-for node in reversed(graph.nodes):
-    if not node.users and not node.is_impure():
+_CSE = """\
+def key_of(a):
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__, tuple(key_of(v) for v in a))
+    if isinstance(a, dict):
+        return ("dict", tuple((k, key_of(v)) for k, v in a.items()))
+    if isinstance(a, slice):
+        return ("slice", key_of(a.start), key_of(a.stop), key_of(a.step))
+    return (type(a), a)
+
+seen, changed = {}, False
+for node in list(graph.nodes):
+    if node.op not in ("call_function", "call_method", "call_module") or node.is_impure():
+        continue
+    name = node.target if isinstance(node.target, str) else ""
+    if node.target in RANDOM or (node.op == "call_method" and name.endswith("_")
+                                 and not name.endswith("__")):
+        continue
+    key = (node.op, node.target, key_of(node.args), key_of(node.kwargs))
+    if key in seen:
+        node.replace_all_uses_with(seen[key])
         graph.erase_node(node)
         changed = True
+    else:
+        seen[key] = node
 return changed
 """
 
@@ -66,7 +88,11 @@ WRONG = {
         (
             "a method call recorded as a call_function of the Tensor method",
             [
-                _sub(_GETATTR, '"call_method", name,', '"call_function", getattr(torch.Tensor, name),'),
+                _sub(
+                    _GETATTR,
+                    '"call_method", name,',
+                    '"call_function", getattr(torch.Tensor, name),',
+                ),
                 None,
             ],
         ),
@@ -80,12 +106,21 @@ WRONG = {
         ),
         (
             "the method's keyword arguments appended to the positional ones",
-            [_sub(_GETATTR, "(self, *args), kwargs)", "(self, *args, *kwargs.values()), {})"),
-             None],
+            [
+                _sub(_GETATTR, "(self, *args), kwargs)", "(self, *args, *kwargs.values()), {})"),
+                None,
+            ],
+        ),
+        (
+            "every name starting with '_' refused, so x._conj() cannot be traced",
+            [_sub(_GETATTR, 'if name.startswith("__"):', 'if name.startswith("_"):'), None],
         ),
         (
             "__torch_function__ records the function's name instead of the function",
-            [None, _sub(_TORCH_FUNCTION, '"call_function", func,', '"call_function", func.__name__,')],
+            [
+                None,
+                _sub(_TORCH_FUNCTION, '"call_function", func,', '"call_function", func.__name__,'),
+            ],
         ),
         (
             "__torch_function__ drops the keyword arguments (torch.cat(..., dim=0))",
@@ -93,8 +128,10 @@ WRONG = {
         ),
         (
             "no guard for dunder names: Python's probes (__len__, __array__...) become methods",
-            [_sub(_GETATTR, 'if name.startswith("__"):\n    raise AttributeError(name)\n', ""),
-             None],
+            [
+                _sub(_GETATTR, 'if name.startswith("__"):\n    raise AttributeError(name)\n', ""),
+                None,
+            ],
         ),
         (
             "the method's keyword arguments passed as one positional dict",
@@ -102,25 +139,33 @@ WRONG = {
         ),
         (
             "methods cached by name on the class: a second receiver reuses the first's closure",
-            [_sub(_GETATTR, "def method(*args, **kwargs):\n"
-                  "    return record(self.node.graph, \"call_method\", name, (self, *args), "
-                  "kwargs)\n\nreturn method\n",
-                  "cache = type(self).__dict__.get(\"_methods\")\n"
-                  "if cache is None:\n"
-                  "    cache = {}\n"
-                  "    type(self)._methods = cache\n"
-                  "if name not in cache:\n"
-                  "    def method(*args, **kwargs):\n"
-                  "        return record(self.node.graph, \"call_method\", name, (self, *args), "
-                  "kwargs)\n"
-                  "    cache[name] = method\n"
-                  "return cache[name]\n"),
-             None],
+            [
+                _sub(
+                    _GETATTR,
+                    "def method(*args, **kwargs):\n"
+                    '    return record(self.node.graph, "call_method", name, (self, *args), '
+                    "kwargs)\n\nreturn method\n",
+                    'cache = type(self).__dict__.get("_methods")\n'
+                    "if cache is None:\n"
+                    "    cache = {}\n"
+                    "    type(self)._methods = cache\n"
+                    "if name not in cache:\n"
+                    "    def method(*args, **kwargs):\n"
+                    '        return record(self.node.graph, "call_method", name, (self, *args), '
+                    "kwargs)\n"
+                    "    cache[name] = method\n"
+                    "return cache[name]\n",
+                ),
+                None,
+            ],
         ),
         (
             "__torch_function__ records a call_method of the function's name (torch.relu(x) as "
             "x.relu())",
-            [None, _sub(_TORCH_FUNCTION, '"call_function", func,', '"call_method", func.__name__,')],
+            [
+                None,
+                _sub(_TORCH_FUNCTION, '"call_function", func,', '"call_method", func.__name__,'),
+            ],
         ),
         (
             "__torch_function__ keeps only the first argument (torch.sum(y, 0) loses its dim)",
@@ -128,93 +173,127 @@ WRONG = {
         ),
         (
             "__torch_function__ turns a list argument into a tuple (torch.cat((x, y)))",
-            [None, _sub(_TORCH_FUNCTION, "func, args, kwargs)",
-                        "func, tuple(tuple(a) if isinstance(a, list) else a for a in args), "
-                        "kwargs)")],
+            [
+                None,
+                _sub(
+                    _TORCH_FUNCTION,
+                    "func, args, kwargs)",
+                    "func, tuple(tuple(a) if isinstance(a, list) else a for a in args), kwargs)",
+                ),
+            ],
         ),
     ],
-    "ex2_dce": [
+    "ex2_cse": [
         (
-            "nodes visited first to last: a dead chain loses only its last node",
-            _sub(_DCE, "reversed(graph.nodes)", "list(graph.nodes)"),
+            "keyword arguments left out of the key (x.sum(dim=0) merges with x.sum(dim=1))",
+            _sub(_CSE, "key_of(node.args), key_of(node.kwargs))", "key_of(node.args))"),
         ),
         (
-            "impurity ignored: unused inputs and torch._assert are erased too",
-            _sub(_DCE, "not node.users and not node.is_impure()",
-                 'not node.users and node.op != "output"'),
+            "arguments compared as a set: x - y merges with y - x",
+            _sub(
+                _CSE,
+                "key_of(node.args), key_of(node.kwargs))",
+                "frozenset(key_of(node.args)[1]), key_of(node.kwargs))",
+            ),
         ),
         (
-            "only call_function nodes are considered (dead call_method/call_module stay)",
-            _sub(_DCE, "if not node.users", 'if node.op == "call_function" and not node.users'),
+            "constants compared by value only: x * 2 merges with x * 2.0",
+            _sub(_CSE, "    return (type(a), a)", "    return a"),
         ),
         (
-            "always returns True",
-            _sub(_DCE, "return changed", "return True"),
+            "impure nodes merged too (two asserts, two rand_like become one)",
+            _sub(_CSE, " or node.is_impure():", ":"),
         ),
         (
-            "passes repeated until nothing changes, returning the last pass's flag",
-            """\
-changed = True
-while changed:
-    changed = False
-    for node in list(graph.nodes):
-        if not node.users and not node.is_impure():
-            graph.erase_node(node)
-            changed = True
-return changed
-""",
+            "RANDOM not consulted: two dropouts become one",
+            _sub(_CSE, "if node.target in RANDOM or (", "if ("),
         ),
         (
-            "node.is_impure referenced, not called (a bound method is truthy: nothing erased)",
-            _sub(_DCE, "not node.is_impure()", "not node.is_impure"),
+            "every method whose name starts or ends with '_' skipped (x._neg_view() twice stays)",
+            _sub(
+                _CSE,
+                'name.endswith("_")\n                                 and not name.endswith("__")',
+                '(name.startswith("_") or name.endswith("_"))',
+            ),
         ),
         (
-            "returns None, not False, when nothing was erased",
-            _sub(_DCE, "return changed", "if changed:\n    return True"),
+            "in-place methods merged (two y.mul_(2) become one)",
+            _sub(
+                _CSE,
+                ' or (node.op == "call_method" and name.endswith("_")\n'
+                '                                 and not name.endswith("__"))',
+                "",
+            ),
         ),
         (
-            "dead nodes collected first, then erased: a dead chain loses only its last node",
-            """\
-dead = [n for n in graph.nodes if not n.users and not n.is_impure()]
-for node in reversed(dead):
-    graph.erase_node(node)
-return bool(dead)
-""",
+            "only call_function nodes considered (repeated methods and modules stay)",
+            _sub(
+                _CSE,
+                'if node.op not in ("call_function", "call_method", "call_module")',
+                'if node.op != "call_function"',
+            ),
         ),
         (
-            "unused placeholders erased too (only torch._assert and the output kept)",
-            _sub(_DCE, "not node.is_impure()",
-                 '(not node.is_impure() or node.op == "placeholder")'),
+            "only the operations of the page's example merged (relu, -, *)",
+            _sub(
+                _CSE,
+                "    if node.target in RANDOM",
+                "    if node.target not in (torch.relu, operator.sub, operator.mul):\n"
+                "        continue\n    if node.target in RANDOM",
+            ),
         ),
         (
-            "stops after the first node erased",
-            _sub(_DCE, "        changed = True\n", "        return True\n"),
+            "uses redirected but the duplicate left in the graph (nothing erased)",
+            _sub(_CSE, "        graph.erase_node(node)\n", ""),
         ),
         (
-            "returns how many nodes were erased instead of a bool",
-            _sub(_sub(_DCE, "changed = False", "changed = 0"), "changed = True", "changed += 1"),
+            "returns how many nodes were merged instead of a bool",
+            _sub(
+                _sub(_CSE, "changed = {}, False", "changed = {}, 0"),
+                "changed = True",
+                "changed += 1",
+            ),
         ),
     ],
     "ex3_tensor_match": [
         (
+            "the example's properties read when the check runs, not when the guard is made",
+            _sub(_MATCH, "key(value) == expected", "key(value) == key(example)"),
+        ),
+        (
+            "the shape of the page's example, (3, 4), written in instead of the example's",
+            _sub(_MATCH, "t.device, t.shape,", "t.device, torch.Size([3, 4]),"),
+        ),
+        (
             "only shape and dtype compared (strides, type, requires_grad ignored)",
-            _sub(_MATCH, """return (type(t), t.dtype, t.device, t.shape, t.stride(), t.requires_grad,
-            torch._C._dispatch_keys(t))""", "return (t.dtype, t.shape)"),
+            _sub(
+                _MATCH,
+                """return (type(t), t.dtype, t.device, t.shape, t.stride(), t.requires_grad,
+            torch._C._dispatch_keys(t))""",
+                "return (t.dtype, t.shape)",
+            ),
         ),
         (
             "a subclass accepted (isinstance of the example's type instead of the exact type)",
             _sub(_MATCH, "return (type(t), t.dtype", "return (t.dtype").replace(
-                "isinstance(value, torch.Tensor)", "isinstance(value, type(example))"),
+                "isinstance(value, torch.Tensor)", "isinstance(value, type(example))"
+            ),
         ),
         (
             "the values compared as well",
-            _sub(_MATCH, "key(value) == expected",
-                 "key(value) == expected and torch.equal(value, example)"),
+            _sub(
+                _MATCH,
+                "key(value) == expected",
+                "key(value) == expected and torch.equal(value, example)",
+            ),
         ),
         (
             "the storage offset compared as well",
-            _sub(_MATCH, "torch._C._dispatch_keys(t))", "torch._C._dispatch_keys(t), "
-                 "t.storage_offset())"),
+            _sub(
+                _MATCH,
+                "torch._C._dispatch_keys(t))",
+                "torch._C._dispatch_keys(t), t.storage_offset())",
+            ),
         ),
         (
             "requires_grad forgotten",
@@ -222,18 +301,27 @@ return bool(dead)
         ),
         (
             "the very same object required (identity, as an ID_MATCH)",
-            _sub(_MATCH, "return isinstance(value, torch.Tensor) and key(value) == expected",
-                 "return value is example"),
+            _sub(
+                _MATCH,
+                "return isinstance(value, torch.Tensor) and key(value) == expected",
+                "return value is example",
+            ),
         ),
         (
             "dispatch keys forgotten (a lazy conjugate matches its base)",
-            _sub(_MATCH, "t.requires_grad,\n            torch._C._dispatch_keys(t))",
-                 "t.requires_grad)"),
+            _sub(
+                _MATCH,
+                "t.requires_grad,\n            torch._C._dispatch_keys(t))",
+                "t.requires_grad)",
+            ),
         ),
         (
             "a non-tensor not handled (its .dtype raises)",
-            _sub(_MATCH, "return isinstance(value, torch.Tensor) and key(value) == expected",
-                 "return key(value) == expected"),
+            _sub(
+                _MATCH,
+                "return isinstance(value, torch.Tensor) and key(value) == expected",
+                "return key(value) == expected",
+            ),
         ),
         (
             "is_conj() compared instead of the dispatch keys (a negative-bit view matches)",
@@ -243,7 +331,8 @@ return bool(dead)
             "the type fixed to torch.Tensor instead of the example's type (right only for a plain "
             "tensor example)",
             _sub(_MATCH, "return (type(t), t.dtype", "return (t.dtype").replace(
-                "isinstance(value, torch.Tensor)", "type(value) is torch.Tensor"),
+                "isinstance(value, torch.Tensor)", "type(value) is torch.Tensor"
+            ),
         ),
         (
             "t.type() (the legacy type string) compared instead of the Python type",
@@ -260,54 +349,108 @@ return bool(dead)
     ],
     "ex4_binary_op": [
         (
+            "constants folded only when both are ints (2.5 ** 2 becomes a node)",
+            _sub(
+                _BINARY,
+                "if not isinstance(left, torch.fx.Node) and not isinstance(right, torch.fx.Node):",
+                "if isinstance(left, int) and isinstance(right, int):",
+            ),
+        ),
+        (
+            "only the common operators known: ^, << and >> missing",
+            _sub(_BINARY, ', "^": "xor", "<<": "lshift",\n       ">>": "rshift"}', "}"),
+        ),
+        (
+            "** folded with math.pow: a float where Dynamo's graph has an int (9.0, not 9)",
+            "import math\n"
+            + _sub(
+                _BINARY,
+                "self.stack.append(op(left, right))",
+                "self.stack.append(math.pow(left, right) if "
+                "op in (operator.pow, operator.ipow) else op(left, right))",
+            ),
+        ),
+        (
+            "// folded as a division then floored: 7 // 2 gives the float 3.0",
+            _sub(
+                _BINARY,
+                "self.stack.append(op(left, right))",
+                "self.stack.append((left / right) // 1 if op in (operator.floordiv, "
+                "operator.ifloordiv) else op(left, right))",
+            ),
+        ),
+        (
             "operands popped in the wrong order (x - y recorded as y - x)",
             _sub(_BINARY, "right, left = self.stack.pop()", "left, right = self.stack.pop()"),
         ),
         (
             "no constant folding: k * 2 with a constant k becomes a node",
-            _sub(_BINARY, "if not isinstance(left, torch.fx.Node) and not isinstance(right, "
-                 "torch.fx.Node):", "if False:"),
+            _sub(
+                _BINARY,
+                "if not isinstance(left, torch.fx.Node) and not isinstance(right, torch.fx.Node):",
+                "if False:",
+            ),
         ),
         (
             "in-place operators recorded as the plain ones (-= as sub)",
-            _sub(_BINARY, 'name = "i" + ops[sym[:-1]].rstrip("_") if sym.endswith("=") else '
-                 "ops[sym]", 'name = ops[sym.rstrip("=")]'),
+            _sub(
+                _BINARY,
+                'name = "i" + ops[sym[:-1]].rstrip("_") if sym.endswith("=") else ops[sym]',
+                'name = ops[sym.rstrip("=")]',
+            ),
         ),
         (
             "folding when either operand is a constant",
-            _sub(_BINARY, "if not isinstance(left, torch.fx.Node) and not", "if not isinstance("
-                 "left, torch.fx.Node) or not"),
+            _sub(
+                _BINARY,
+                "if not isinstance(left, torch.fx.Node) and not",
+                "if not isinstance(left, torch.fx.Node) or not",
+            ),
         ),
         (
             "tensor operands recorded with torch's function of the same name (torch.add, "
             "torch.pow)",
-            _sub(_BINARY, "self.graph.call_function(op, (left, right))",
-                 "self.graph.call_function(getattr(torch, op.__name__, op), (left, right))"),
+            _sub(
+                _BINARY,
+                "self.graph.call_function(op, (left, right))",
+                "self.graph.call_function(getattr(torch, op.__name__, op), (left, right))",
+            ),
         ),
         (
             "in-place operators always recorded, even on two constants (k |= 2 becomes a node)",
-            _sub(_BINARY, "if not isinstance(left, torch.fx.Node) and not",
-                 'if not sym.endswith("=") and not isinstance(left, torch.fx.Node) and not'),
+            _sub(
+                _BINARY,
+                "if not isinstance(left, torch.fx.Node) and not",
+                'if not sym.endswith("=") and not isinstance(left, torch.fx.Node) and not',
+            ),
         ),
         (
-            "in-place names built without dropping and_'s underscore (|= looks up "
-            "operator.ior_)",
+            "in-place names built without dropping and_'s underscore (|= looks up operator.ior_)",
             _sub(_BINARY, 'ops[sym[:-1]].rstrip("_")', "ops[sym[:-1]]"),
         ),
         (
             "constants folded with eval of the operator's text (k |= 2 is a statement)",
-            _sub(_BINARY, "self.stack.append(op(left, right))",
-                 'self.stack.append(eval(f"{left!r} {sym} {right!r}"))'),
+            _sub(
+                _BINARY,
+                "self.stack.append(op(left, right))",
+                'self.stack.append(eval(f"{left!r} {sym} {right!r}"))',
+            ),
         ),
         (
             "the operator's first character looked up (** as *, // as /)",
-            _sub(_BINARY, 'ops[sym[:-1]].rstrip("_") if sym.endswith("=") else ops[sym]',
-                 'ops[sym[0]].rstrip("_") if sym.endswith("=") else ops[sym[0]]'),
+            _sub(
+                _BINARY,
+                'ops[sym[:-1]].rstrip("_") if sym.endswith("=") else ops[sym]',
+                'ops[sym[0]].rstrip("_") if sym.endswith("=") else ops[sym[0]]',
+            ),
         ),
         (
             "the left operand peeked, not popped (it stays on the stack)",
-            _sub(_BINARY, "right, left = self.stack.pop(), self.stack.pop()",
-                 "right, left = self.stack.pop(), self.stack[-1]"),
+            _sub(
+                _BINARY,
+                "right, left = self.stack.pop(), self.stack.pop()",
+                "right, left = self.stack.pop(), self.stack[-1]",
+            ),
         ),
     ],
 }
