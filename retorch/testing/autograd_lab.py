@@ -301,6 +301,28 @@ def check_saved_variable(cmp, SavedVariable, Var):  # noqa: N803  (the lab's cla
         hint2,
     )
     cmp.raises(first.unpack, RuntimeError, two + ": the first unpack raises", hint2)
+    hint3 = (
+        "reset_data forgets the Var; unpack then raises RuntimeError with torch's message, "
+        "before any version check (run .backward() twice on a small graph to read it)"
+    )
+    saved = SavedVariable(Var(torch.ones(3)))
+    cmp.call(saved.reset_data, "reset_data()", hint3)
+    cmp.raises(saved.unpack, RuntimeError, "unpack() after reset_data(): RuntimeError", hint3)
+    try:
+        saved.unpack()
+    except RuntimeError as e:
+        cmp.equal(str(e), freed_message(), "unpack() after reset_data(): torch's message", hint3)
+
+
+def freed_message():
+    """torch's error when a node's saved tensors are used after backward freed them."""
+    x = torch.ones(3, requires_grad=True)
+    z = (x * 1) * (x * 1)
+    z.sum().backward()
+    try:
+        z.sum().backward()
+    except RuntimeError as e:
+        return str(e)
 
 
 def check_run_backward(cmp, run_backward, Var):  # noqa: N803  (the lab's class name)

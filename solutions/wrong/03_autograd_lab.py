@@ -101,8 +101,20 @@ _ENGINE_STACK = (
     .replace("heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))", "ready.append(nxt)")
 )
 
+_FREED = """\
+if var is None:
+    raise RuntimeError(
+        "Trying to backward through the graph a second time (or directly access saved "
+        "tensors after they have already been freed). Saved intermediate values of the "
+        "graph are freed when you call .backward() or autograd.grad(). Specify "
+        "retain_graph=True if you need to backward through the graph a second time or if "
+        "you need to access saved tensors after calling backward."
+    )
+"""
+
 _SAVED_UNPACK = """\
 var = self.var
+""" + _FREED + """\
 if var._version != self.saved_version:
     shape = ", ".join(str(n) for n in var.data.shape)
     raise RuntimeError(
@@ -650,4 +662,23 @@ WRONG["ex2_execution_order"] += [
         _ORDER_GRAD.replace('node is x.grad_fn or getattr(node, "variable", None) is x',
                             'getattr(node, "variable", None) is x'),
     ),
+]
+
+# Exercise 4 asks for reset_data too (the graph freed after backward), a third solution region.
+WRONG["ex4_saved_variable"] = [
+    (what, [*code, None]) for what, code in WRONG["ex4_saved_variable"]
+]
+WRONG["ex4_saved_variable"] += [
+    ("reset_data does nothing: a freed variable still unpacks", [None, None, "pass"]),
+    (
+        "a message of its own for a freed variable",
+        [None, _SAVED_UNPACK.replace(_FREED, _FREED.replace(
+            '"Trying to backward through the graph a second time (or directly access saved "',
+            '"the saved variable was freed "')), None],
+    ),
+    (
+        "unpack checks the version first, so a freed variable raises AttributeError",
+        [None, _SAVED_UNPACK.replace(_FREED, ""), None],
+    ),
+    ("reset_data deletes self.var: unpack raises AttributeError", [None, None, "del self.var"]),
 ]
