@@ -75,6 +75,23 @@ def test_staleness_check_sees_a_changed_file(tmp_path, monkeypatch):
     assert bench.stale(result) == ["retorch/kernel.py"]
 
 
+def test_a_reviewed_change_counts_until_the_file_changes_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    (tmp_path / "retorch").mkdir()
+    measured = tmp_path / "retorch" / "kernel.py"
+    measured.write_text("x = 1\n")
+    stored = tmp_path / "result.json"
+    stored.write_text(json.dumps({"sources": {"retorch/kernel.py": bench.file_hash(measured)}}))
+    measured.write_text("x = 1  # a comment\n")
+    assert bench.stale(json.loads(stored.read_text())) == ["retorch/kernel.py"]
+    result = bench.review(stored, ["retorch/kernel.py"], "a comment only")
+    assert bench.stale(result) == [] and result["reviewed"][0]["why"] == "a comment only"
+    measured.write_text("x = 2\n")  # an edit after the review is stale again
+    assert bench.stale(result) == ["retorch/kernel.py"]
+    with pytest.raises(ValueError, match="not among the files"):
+        bench.review(stored, ["retorch/other.py"], "never measured")
+
+
 def test_loaded_sources_names_the_benchmark_and_the_code_it_imports():
     importlib.import_module("bench.bench_overview")
     sources = bench.loaded_sources()

@@ -14,6 +14,7 @@ describes code that has changed since, so the book never plots numbers of older 
     python tools/bench.py              # all benchmarks, full size
     python tools/bench.py optim --quick
     python tools/bench.py --gpu        # on a GPU machine: only the GPU sections
+    python tools/bench.py --review bench/results/gpu/optim.json retorch/__init__.py --why "..."
 
 A GPU section is stored apart, in ``bench/results/gpu/<name>.json`` (``load_bench`` puts it
 under the result's ``"gpu"`` key), so that the CPU results keep this machine's numbers and a
@@ -88,13 +89,44 @@ def commit_of(paths) -> str:
 
 
 def stale(result: dict) -> list[str]:
-    """The measured files that changed (or vanished) since ``result`` was measured."""
+    """The measured files that changed (or vanished) since ``result`` was measured.
+
+    A file whose current content was *reviewed* against the result (``review()``: an edit
+    that does not touch what was measured, recorded with its reason and shown wherever the
+    result is) counts as unchanged until it changes again."""
     changed = []
+    reviewed = {r["file"]: r["hash"] for r in result.get("reviewed", [])}
     for rel, digest in result.get("sources", {}).items():
         path = ROOT / rel
-        if not path.is_file() or file_hash(path) != digest:
+        now = file_hash(path) if path.is_file() else None
+        if now != digest and (now is None or reviewed.get(rel) != now):
             changed.append(rel)
     return changed
+
+
+def review(path: Path, files: list[str], why: str) -> dict:
+    """Record in a stored result that the measured ``files`` changed since it was measured
+    without changing what it measures (``why``), at the current commit. Meant for a result that
+    cannot be measured again here (a GPU section on a CPU machine); a CPU result is measured
+    again instead. The record travels with the result: ``plot_bench`` and the benchmarks page
+    print it."""
+    result = json.loads(path.read_text())
+    sources = result.get("sources", {})
+    for rel in files:
+        if rel not in sources:
+            raise ValueError(f"{rel} is not among the files {path.name} measured")
+        if not (ROOT / rel).is_file():
+            raise ValueError(f"{rel} no longer exists: measure {path.stem} again")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    kept = [r for r in result.get("reviewed", []) if r["file"] not in files]
+    new = [
+        {"file": rel, "hash": file_hash(ROOT / rel), "commit": commit, "why": why} for rel in files
+    ]
+    result["reviewed"] = kept + new
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def gpu_names() -> list[str]:
@@ -132,9 +164,22 @@ def main() -> int:
     parser.add_argument("only", nargs="*", help="benchmark names (default: all)")
     parser.add_argument("--quick", action="store_true", help="small sizes; results not stored")
     parser.add_argument("--gpu", action="store_true", help="only the GPU sections, stored apart")
+    parser.add_argument(
+        "--review",
+        nargs="+",
+        metavar=("RESULT", "FILE"),
+        help="record that FILEs changed without changing what RESULT (a path) measured; "
+        "needs --why",
+    )
+    parser.add_argument("--why", help="the reason recorded by --review")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one benchmark, this process
     parser.add_argument("--to", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.review:
+        if len(args.review) < 2 or not args.why:
+            parser.error("--review RESULT FILE [FILE ...] --why REASON")
+        review(Path(args.review[0]), args.review[1:], args.why)
+        return 0
     if args.one:
         Path(args.to).write_text(json.dumps(run_one(args.one, args.quick, args.gpu)))
         return 0
