@@ -621,3 +621,24 @@ def test_broadcast_shapes_matches_torch_values_and_errors(shapes):
 
     ours, theirs = run(rt.broadcast_shapes), run(torch.broadcast_shapes)
     assert ours == (tuple(theirs) if isinstance(theirs, torch.Size) else theirs)
+
+
+def test_sum_reads_strided_input_in_place(monkeypatch):
+    """As torch's sum (a reduction TensorIterator, no copy in its profile), retorch's CPU sum
+    of a transposed or sliced tensor runs no copy kernel: the iterator reads it in place,
+    with the reduced dims first."""
+    from retorch.tensor import ops as rops
+    from retorch.tensor.dispatch_stub import stub
+
+    copies = []
+    real = stub("copy").table["cpu"]
+    monkeypatch.setitem(stub("copy").table, "cpu", lambda it: copies.append(it) or real(it))
+    x, tx = pair(np.arange(60.0).reshape(6, 10))
+    for view in (lambda t: t.t(), lambda t: t[1:, ::3], lambda t: t.t()[2:]):
+        for dim in (0, 1, (0, 1)):
+            check(rt.sum(view(x), dim), view(tx).sum(dim), rtol=1e-12)
+    assert copies == []
+    _, it = rops.make_reduction("sum", x.t(), 1, False, rt.float64)
+    assert it.shape == [6, 10]  # the reduced dim (6 rows of x.t()) first
+    assert [op.stride_bytes for op in it.operands] == [[0, 8], [80, 8]]
+    assert it.operands[1].tensor.data_ptr() == x.data_ptr()
