@@ -157,9 +157,9 @@ def run(quick: bool = False) -> dict:
         f"sum, {label}": (n, 4, {"torch": lambda: a.sum(), "retorch": lambda: rt.sum(ra)}),
         f"sum, {label}, retorch without fastmath": (
             n, 4, {"torch": lambda: a.sum(), "retorch": lambda: strict_sum(x, zero)}),
-        f"sum(1) of a transposed {q} x {q} float32": (q * q, 4, {
+        f"x.t().sum(1), {q} x {q} float32": (q * q, 4, {
             "torch": lambda: mat.t().sum(1), "retorch": lambda: rt.sum(rmat.t(), 1)}),
-        f"sum(1) of a transposed {q} x {q} float32, retorch copying it contiguous first": (
+        f"x.t().sum(1), {q} x {q} float32, retorch copying x.t() first": (
             q * q, 4, {"torch": lambda: mat.t().sum(1),
                        "retorch": lambda: rt.sum(rmat.t().contiguous(), 1)}),
     }  # fmt: skip
