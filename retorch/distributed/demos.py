@@ -44,24 +44,30 @@ def ring_steps(n: int) -> list[list[set[int]]]:
 
 
 def draw_ring(n: int = 4):
-    """One panel per step: ranks down, chunks across, shaded by how many ranks' values a
-    chunk already sums (dark: all n)."""
+    """One panel per step (reduce-scatter on the first row, all-gather on the second): ranks
+    down, chunks across, shaded by how many ranks' values a chunk already sums (dark: all n)."""
     import matplotlib.pyplot as plt
 
     steps = ring_steps(n)
-    fig, axes = plt.subplots(1, len(steps), figsize=(1.45 * len(steps) + 0.5, 2.2))
-    for s, (ax, held) in enumerate(zip(axes, steps)):
+    cols = n  # the start and the n-1 reduce-scatter steps; then the n-1 all-gather steps
+    fig, grid = plt.subplots(2, cols, figsize=(1.25 * cols + 0.4, 5.0))
+    panels = list(grid[0]) + list(grid[1][: n - 1])
+    for ax in grid[1][n - 1 :]:
+        ax.axis("off")
+    for s, (ax, held) in enumerate(zip(panels, steps)):
         counts = [[len(held[r * n + c]) for c in range(n)] for r in range(n)]
         ax.imshow(counts, cmap="Blues", vmin=0, vmax=n)
         for r in range(n):
             for c in range(n):
-                ax.text(c, r, str(counts[r][c]), ha="center", va="center", fontsize=7,
+                ax.text(c, r, str(counts[r][c]), ha="center", va="center", fontsize=11,
                         color="white" if counts[r][c] == n else "black")  # fmt: skip
         phase = "start" if s == 0 else ("reduce-scatter" if s < n else "all-gather")
-        ax.set_title(f"{phase}\nstep {s}" if s else phase, fontsize=7)
-        ax.set_xticks(range(n), [f"c{c}" for c in range(n)], fontsize=6)
-        ax.set_yticks(range(n), [f"rank {r}" for r in range(n)] if s == 0 else [], fontsize=6)
-    fig.suptitle(f"ring all-reduce on {n} ranks: how many ranks each chunk sums", fontsize=8)
+        ax.set_title(f"{phase}\nstep {s}" if s else "\nstart", fontsize=11)
+        ax.set_xticks(range(n), [f"c{c}" for c in range(n)], fontsize=11)
+        first = s in (0, n)
+        ax.set_yticks(range(n), [f"r{r}" for r in range(n)] if first else [], fontsize=11)
+    fig.suptitle(f"ring all-reduce, {n} ranks (r), {n} chunks (c):\nhow many ranks each "
+                 "chunk sums", fontsize=12)  # fmt: skip
     fig.tight_layout()
     plt.close(fig)
     return fig
@@ -72,7 +78,7 @@ def draw_bucket_timeline(timelines: dict, n_params: int):
     the end of forward."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 2.6))
+    fig, ax = plt.subplots(figsize=(5.4, 3.0))
     for row, events in enumerate(timelines.values()):
         grads = [(t * 1e3, i) for kind, i, t in events if kind == "grad"]
         launches = [(t * 1e3, i) for kind, i, t in events if kind == "allreduce"]
@@ -80,12 +86,43 @@ def draw_bucket_timeline(timelines: dict, n_params: int):
                    label="gradient ready" if row == 0 else None)  # fmt: skip
         ax.scatter([t for t, _ in launches], [row + 0.25] * len(launches), marker="v", s=60,
                    color="tab:red", label="bucket all-reduce starts" if row == 0 else None)  # fmt: skip
-    ax.set_yticks(range(len(timelines)), list(timelines))
+    ax.set_yticks(range(len(timelines)), [name.replace(" (", "\n(") for name in timelines],
+                  fontsize=11)  # fmt: skip
+    ax.tick_params(axis="x", labelsize=11)
     ax.set_ylim(-0.6, len(timelines) - 0.3)
-    ax.set_xlabel(f"ms after forward ended (one backward, {n_params} parameter tensors)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, frameon=False,
-              fontsize=8)  # fmt: skip
+    ax.set_xlabel(f"ms after forward ended\n(one backward, {n_params} parameter tensors)",
+                  fontsize=11)  # fmt: skip
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False,
+              fontsize=11)  # fmt: skip
     fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def draw_bus_bandwidth(data: dict):
+    """The stored all-reduce benchmark: bus bandwidth against size, one panel per process
+    count, one line per implementation (log-log; higher is better)."""
+    import matplotlib.pyplot as plt
+
+    rows = data["rows"]
+    worlds = list(dict.fromkeys(r["case"].split(" x ")[1] for r in rows))
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    fig, axes = plt.subplots(1, len(worlds), figsize=(5.4, 4.0), sharey=True)
+    for ax, world in zip(axes, worlds):
+        for impl, marker in zip(impls, "os^"):
+            pts = [(r["case"].split(" x ")[0], r["value"]) for r in rows
+                   if r["impl"] == impl and r["case"].endswith(world)]  # fmt: skip
+            ax.plot(range(len(pts)), [v for _, v in pts], marker=marker, label=impl)
+        ax.set_xticks(range(len(pts)), [k.replace(" ", "") for k, _ in pts], rotation=90,
+                      fontsize=11)  # fmt: skip
+        ax.set_yscale("log")
+        ax.set_title(world, fontsize=11)
+        ax.tick_params(axis="y", labelsize=11)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("bus bandwidth, GB/s", fontsize=11)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=1,
+               fontsize=11, frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, 0, 1, 0.86))
     plt.close(fig)
     return fig
 
@@ -97,32 +134,42 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 
 def collectives_side_by_side(rank: int, world: int) -> dict:
-    """Each rebuilt collective against torch.distributed's on integer data (exact), and the
-    bytes this rank sent against the cost model."""
+    """Each rebuilt collective and torch.distributed's on the same integer data (so equal
+    means bit for bit): both results, per op; and the bytes this rank sent against the cost
+    model."""
     x = torch.arange(10, dtype=torch.int64) * (rank + 1) + rank  # 10 does not split evenly
     big = torch.arange(10 * world, dtype=torch.int64) + 100 * rank
     rows = {}
     ours, theirs = C.ring_all_reduce(x.clone()), x.clone()
     dist.all_reduce(theirs)
-    rows["all_reduce (ring)"] = torch.equal(ours, theirs)
+    rows["all_reduce (ring)"] = (ours, theirs)
     ours, theirs = torch.empty(10, dtype=torch.int64), torch.empty(10, dtype=torch.int64)
     C.reduce_scatter(ours, big)
     _reduce_scatter_single(theirs, big.clone())
-    rows["reduce_scatter (ring)"] = torch.equal(ours, theirs)
+    rows["reduce_scatter (ring)"] = (ours, theirs)
     ours, theirs = torch.empty(10 * world, dtype=torch.int64), torch.empty(10 * world,
                                                                            dtype=torch.int64)  # fmt: skip
     C.all_gather(ours, x)
     _all_gather_single(theirs, x)
-    rows["all_gather (ring)"] = torch.equal(ours, theirs)
+    rows["all_gather (ring)"] = (ours, theirs)
     ours, theirs = x.clone(), x.clone()
     C.tree_broadcast(ours, src=world - 1)
     dist.broadcast(theirs, src=world - 1)
-    rows[f"broadcast from rank {world - 1} (tree)"] = torch.equal(ours, theirs)
+    rows[f"broadcast from rank {world - 1} (tree)"] = (ours, theirs)
     data = torch.ones(1 << 18)  # 1 MiB of float32
     with C.count_bytes() as sent:
         C.ring_all_reduce(data)
     model = C.ring_all_reduce_bytes(data.numel() * 4, world)
-    return {"equal": rows, "sent": sent.bytes, "model": model, "messages": sent.messages}
+    return {"results": rows, "sent": sent.bytes, "model": model, "messages": sent.messages}
+
+
+def brief(t: torch.Tensor) -> str:
+    """A tensor's values in a narrow table cell: all of them up to 6, else the first three,
+    the last and the sum."""
+    v = t.tolist()
+    if len(v) <= 6:
+        return str(v)
+    return f"[{v[0]}, {v[1]}, {v[2]}, ..., {v[-1]}] sum {sum(v)}"
 
 
 def _mlp(seed: int, nn):
@@ -141,22 +188,53 @@ def _close(a, b) -> bool:
                for p, q in zip(a.parameters(), b.parameters()))  # fmt: skip
 
 
+def torch_buckets(model) -> list[list[int]]:
+    """The buckets torch's DDP holds now, as parameter indices in launch order: read from its
+    C++ reducer (``reducer._get_zeros_like_grad_buckets()``: one ``GradBucket`` per bucket,
+    whose ``parameters()`` are the model's own tensors)."""
+    index = {p.data_ptr(): i for i, p in enumerate(model.parameters())}
+    return [[index[p.data_ptr()] for p in b.parameters()]
+            for b in model.reducer._get_zeros_like_grad_buckets()]  # fmt: skip
+
+
+LOGGED = ("bucket_sizes", "rebuilt_per_bucket_param_indices", "rebuilt_bucket_sizes")
+
+
+def torch_ddp_buckets(rank: int, world: int, steps: int, cap_mb: float) -> dict:
+    """torch's DDP alone: its buckets after each backward and its logging data at the end."""
+    model = torch.nn.parallel.DistributedDataParallel(_mlp(rank, torch.nn), bucket_cap_mb=cap_mb)
+    buckets = []
+    for step in range(steps):
+        x, y = _batch(step, rank)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        buckets.append(torch_buckets(model))
+    log = model._get_ddp_logging_data()
+    keys = ("prev_iteration_grad_ready_order_indices",) + LOGGED
+    return {"buckets": buckets, "logged": {k: log.get(k) for k in keys}}
+
+
+def _param_sum(model) -> float:
+    return sum(p.detach().double().sum().item() for p in model.parameters())
+
+
 def ddp_side_by_side(rank: int, world: int, steps: int, cap_mb: float) -> dict:
     """retorch's DDP (with and without overlap) beside torch's, from different inits on every
-    rank, for ``steps`` SGD steps on each rank's own batches."""
+    rank, for ``steps`` SGD steps on each rank's own batches: parameters after every step,
+    the buckets each reducer held after each backward, and their logging data."""
     import retorch.nn as rn
     import retorch.optim as ro
     from retorch.nn.parallel import DistributedDataParallel as DDP
 
+    own_init = _param_sum(_mlp(rank, torch.nn))
     ours = DDP(_mlp(rank, rn), bucket_cap_mb=cap_mb)
     late = DDP(_mlp(rank, rn), bucket_cap_mb=cap_mb, overlap=False)
     theirs = torch.nn.parallel.DistributedDataParallel(_mlp(rank, torch.nn),
                                                        bucket_cap_mb=cap_mb)  # fmt: skip
-    started_equal = _close(ours, theirs)
+    started = {"own init": own_init, "ours": _param_sum(ours), "theirs": _param_sum(theirs)}
     models = [(ours, ro.SGD(ours.parameters(), lr=0.05, momentum=0.9)),
               (late, ro.SGD(late.parameters(), lr=0.05, momentum=0.9)),
               (theirs, torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9))]  # fmt: skip
-    agree = []
+    agree, buckets = [], []
     for step in range(steps):
         x, y = _batch(step, rank)
         for model, opt in models:
@@ -164,8 +242,12 @@ def ddp_side_by_side(rank: int, world: int, steps: int, cap_mb: float) -> dict:
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
         agree.append(_close(ours, theirs) and _close(late, theirs))
-    return {"started_equal": started_equal, "agree": agree,
-            "buckets": [list(b.param_indices) for b in ours.reducer.buckets],
+        buckets.append(([list(b.param_indices) for b in ours.reducer.buckets],
+                        torch_buckets(theirs)))  # fmt: skip
+    logs = ours._get_ddp_logging_data(), theirs._get_ddp_logging_data()
+    return {"started": started, "agree": agree, "buckets": buckets,
+            "final": (_param_sum(ours), _param_sum(late), _param_sum(theirs)),
+            "logged": {k: tuple(log.get(k) for log in logs) for k in LOGGED},
             "timelines": {"overlap (as torch)": ours.timeline,
                           "overlap=False": late.timeline}}  # fmt: skip
 
@@ -208,6 +290,7 @@ def fsdp_side_by_side(rank: int, world: int, steps: int) -> dict:
         agree.append((all(torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, ref)),
                       all(torch.allclose(a, b, atol=ATOL, rtol=RTOL)
                           for a, b in zip(full, tref))))  # fmt: skip
+    final = [sum(t.detach().double().sum().item() for t in ts) for ts in (full, ref, tref)]
     held = {}
     for name, model in (("sharded", ours), ("DDP", DDP(_mlp(0, rn)))):
         opt = ro.Adam(model.parameters(), lr=1e-2)
@@ -221,4 +304,12 @@ def fsdp_side_by_side(rank: int, world: int, steps: int) -> dict:
                       "gradients": fsdp.held_bytes(p.grad for p in params),
                       "Adam state": fsdp.held_bytes(t for t in state if t.dim() > 0),
                       "buffers": fsdp.held_bytes(extra)}  # fmt: skip
-    return {"agree": agree, "held": held}
+    # What each design keeps on this rank: torch's parameters are DTensors, each cut on dim 0;
+    # ours, one flat 1-D shard per unit.
+    layout = {
+        "torch": [(name, tuple(p.shape), type(p).__name__, str(p.placements[0]),
+                   tuple(p.to_local().shape)) for name, p in theirs.named_parameters()],
+        "ours": [(type(u.flat_param).__name__, len(u.numels), sum(u.numels),
+                  tuple(u.flat_param.shape)) for u in units],
+    }  # fmt: skip
+    return {"agree": agree, "final": final, "held": held, "layout": layout}

@@ -9,10 +9,15 @@ torch.distributed's (gloo here), as in torch.
 1. Construction broadcasts rank 0's parameters and buffers, so every replica starts equal
    (torch's ``_sync_module_states``).
 2. ``compute_bucket_assignment_by_size`` (reducer.cpp's rule) groups the parameters, in
-   registration order, into buckets that close as soon as their bytes reach
-   ``bucket_cap_mb`` (so a bucket may overshoot by its last tensor), the first one at 1 MiB
-   (``dist._DEFAULT_FIRST_BUCKET_BYTES``) when ``bucket_cap_mb`` is left at its default.
-   The buckets are then reversed: backward produces the last layers' gradients first.
+   registration order, into buckets that close as soon as their bytes reach a limit (so a
+   bucket may overshoot by its last tensor). The limits are those of torch's
+   ``_BucketCapacityConfig.compute_bucket_size_limits``: with the default
+   ``find_unused_parameters=False`` the only limit is ``sys.maxsize``, so the first
+   iteration runs with ONE bucket of every parameter (registration order says little about
+   the order backward produces gradients in); with ``find_unused_parameters=True`` the first
+   bucket closes at 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``) when ``bucket_cap_mb`` is
+   left at its default, the others at ``bucket_cap_mb``. The buckets are then reversed:
+   backward produces the last layers' gradients first.
 3. A hook on each parameter's ``AccumulateGrad`` (``register_post_accumulate_grad_hook``)
    copies the gradient, times 1/world_size, into its bucket's flat buffer (torch divides
    while copying, to save a pass). When a bucket is full and all buckets before it have been
@@ -32,16 +37,22 @@ parameters it does not reach are marked ready (zeros in their bucket) at the fir
 a parameter unused on every rank keeps its ``.grad`` untouched. Without it, a parameter that
 gets no gradient leaves its bucket unreduced and the next forward raises torch's error.
 
-Differences from torch 2.13: torch starts with one bucket (``sys.maxsize``) unless
-``find_unused_parameters`` is set, and rebuilds the buckets after the first iteration in the
-order gradients actually arrived; here the registration-order buckets are kept throughout.
-Buffers are broadcast once at construction (torch re-broadcasts them every forward);
-``gradient_as_bucket_view``, comm hooks, static graphs and mixed precision are left out.
+5. Rebuilding (``Reducer::rebuild_buckets``): while ``find_unused_parameters`` is False, the
+   first backward records the order in which gradients became ready; the next forward
+   (``_rebuild_buckets``, called from torch's ``_pre_forward``) assigns the buckets again, in
+   that order (limits: the first bucket's bytes, then ``bucket_cap_mb``), takes rank 0's
+   assignment on every rank (``sync_bucket_indices``) and never rebuilds again. With
+   ``find_unused_parameters=True`` the construction-time buckets are kept.
+
+Differences from torch 2.13: buffers are broadcast once at construction (torch re-broadcasts
+them every forward); ``gradient_as_bucket_view``, comm hooks, static graphs and mixed
+precision are left out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator, Sequence
 
@@ -50,7 +61,11 @@ import torch.distributed as dist
 
 from ..modules.module import Module
 
-__all__ = ["DistributedDataParallel", "compute_bucket_assignment_by_size"]
+__all__ = [
+    "DistributedDataParallel",
+    "bucket_size_limits",
+    "compute_bucket_assignment_by_size",
+]
 
 DEFAULT_BUCKET_CAP_MB = 25
 DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024  # dist._DEFAULT_FIRST_BUCKET_BYTES
@@ -91,6 +106,21 @@ def compute_bucket_assignment_by_size(
     return [b[0] for b in result], [b[1] for b in result]
 
 
+def bucket_size_limits(
+    find_unused_parameters: bool, first_bucket_bytes: int, bucket_bytes_cap: int
+) -> list[int]:
+    """The limits of the buckets made at construction: torch's
+    ``_BucketCapacityConfig.compute_bucket_size_limits`` (torch/nn/parallel/distributed.py).
+
+    Without ``find_unused_parameters`` one bucket holds every parameter until the rebuild.
+    """
+    if not find_unused_parameters:
+        return [sys.maxsize]
+    if first_bucket_bytes < bucket_bytes_cap:
+        return [first_bucket_bytes, bucket_bytes_cap]
+    return [bucket_bytes_cap]
+
+
 class _Bucket:
     """One flat buffer per bucket and where each of its parameters sits in it."""
 
@@ -116,19 +146,18 @@ class Reducer:
         process_group,
         find_unused_parameters: bool,
         overlap: bool = True,
+        bucket_bytes_cap: int = DEFAULT_BUCKET_CAP_MB * 1024 * 1024,
+        first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES,
     ):
         self.params = params
         self.overlap = overlap
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.find_unused_parameters = find_unused_parameters
-        self.buckets = [
-            _Bucket(b, [params[i] for i in idx], list(idx)) for b, idx in enumerate(bucket_indices)
-        ]
-        # variable_locators_: parameter index -> (bucket, position in the bucket)
-        self.locators = {
-            i: (bucket, k) for bucket in self.buckets for k, i in enumerate(bucket.param_indices)
-        }
+        self.bucket_bytes_cap, self.first_bucket_bytes = bucket_bytes_cap, first_bucket_bytes
+        self.has_rebuilt_bucket = False
+        self.rebuilt_param_indices: list[int] = []  # gradients' arrival order, first backward
+        self._initialize_buckets(bucket_indices)
         self.expect_autograd_hooks = False
         self.require_finalize = False
         self.unused: list[int] = []
@@ -137,6 +166,58 @@ class Reducer:
             p.register_post_accumulate_grad_hook(self._autograd_hook_for(i))
             for i, p in enumerate(params)
         ]
+
+    def _initialize_buckets(self, bucket_indices: list[list[int]]) -> None:
+        """One flat buffer per bucket, in launch order; ``locators`` (reducer.cpp's
+        ``variable_locators_``) maps a parameter index to its bucket and position."""
+        params = self.params
+        self.buckets = [
+            _Bucket(b, [params[i] for i in idx], list(idx)) for b, idx in enumerate(bucket_indices)
+        ]
+        self.locators = {
+            i: (bucket, k) for bucket in self.buckets for k, i in enumerate(bucket.param_indices)
+        }
+
+    def should_rebuild_buckets(self) -> bool:
+        return not self.find_unused_parameters and not self.has_rebuilt_bucket
+
+    def rebuild_buckets(self) -> bool:
+        """Reassign the buckets in the order the first backward produced the gradients
+        (``Reducer::rebuild_buckets``); called by the next forward. True if it rebuilt."""
+        self.ensure_prior_reduction_finished()
+        if not self.should_rebuild_buckets() or not self.rebuilt_param_indices:
+            return False
+        order = self.rebuilt_param_indices
+        if sorted(order) != list(range(len(self.params))):
+            raise RuntimeError(
+                f"rebuilt parameter indices size is not same as original model parameters "
+                f"size. Original model param size is: {len(self.params)} versus rebuilt params "
+                f"size of: {len(order)}"
+            )
+        limits = [self.first_bucket_bytes, self.bucket_bytes_cap]
+        indices, _ = compute_bucket_assignment_by_size(
+            [self.params[i] for i in order], limits, order
+        )
+        self._initialize_buckets(self._sync_bucket_indices(indices))
+        self.has_rebuilt_bucket = True
+        self.rebuilt_bucket_indices = [list(b.param_indices) for b in self.buckets]
+        self.rebuilt_param_indices = []
+        return True
+
+    def _sync_bucket_indices(self, indices: list[list[int]]) -> list[list[int]]:
+        """Every rank takes rank 0's assignment (reducer.cpp's ``sync_bucket_indices``: the
+        indices, then each bucket's length, then the number of buckets, in one tensor)."""
+        flat = [i for b in indices for i in b] + [len(b) for b in indices] + [len(indices)]
+        message = torch.tensor(flat, dtype=torch.int64)
+        src = 0 if self.process_group is None else dist.get_global_rank(self.process_group, 0)
+        dist.broadcast(message, src=src, group=self.process_group)
+        values = message.tolist()
+        n = values[-1]
+        lengths, start, synced = values[-1 - n : -1], 0, []
+        for length in lengths:
+            synced.append(values[start : start + length])
+            start += length
+        return synced
 
     def prepare_for_backward(self, outputs: Sequence[torch.Tensor]) -> None:
         """Reset the buckets for the coming backward; find the unused parameters."""
@@ -179,6 +260,8 @@ class Reducer:
     def _mark_variable_ready(self, index: int) -> None:
         # Once a gradient is marked ready, finalize_backward must run before the next forward.
         self.require_finalize = True
+        if self.should_rebuild_buckets():
+            self.rebuilt_param_indices.append(index)  # push_rebuilt_params
         bucket, k = self.locators[index]
         grad = self.params[index].grad
         self.timeline.append(("grad", index, time.perf_counter() - self.t0))
@@ -270,14 +353,17 @@ class DistributedDataParallel(Module):
         cap = DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb
         self.bucket_bytes_cap = int(cap * 1024 * 1024)
         first = DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else self.bucket_bytes_cap
-        limits = [first, self.bucket_bytes_cap] if first < self.bucket_bytes_cap else [first]
+        limits = bucket_size_limits(find_unused_parameters, first, self.bucket_bytes_cap)
         self.bucket_indices, _ = compute_bucket_assignment_by_size(params, limits)
+        self._has_rebuilt_buckets = False
         self.reducer = Reducer(
             params,
             list(reversed(self.bucket_indices)),
             process_group,
             find_unused_parameters,
             overlap,
+            self.bucket_bytes_cap,
+            first,
         )
 
     @torch.no_grad()
@@ -291,6 +377,27 @@ class DistributedDataParallel(Module):
             for t, piece in zip(group, flat.split([t.numel() for t in group])):
                 t.copy_(piece.view_as(t))
 
+    def _get_ddp_logging_data(self) -> dict:
+        """The bucket entries of torch's ``_get_ddp_logging_data()`` (logger.cpp), formatted
+        as torch formats them: bytes per bucket at construction, in launch order, and after
+        the rebuild the buckets' bytes and parameter indices. (torch's logger samples these at
+        a forward, so it shows the rebuild one iteration later than it happens.)"""
+
+        def sizes(buckets):
+            return ", ".join(str(sum(self.reducer.params[i].nbytes for i in b)) for b in buckets)
+
+        data = {
+            "bucket_sizes": sizes(reversed(self.bucket_indices)),
+            "has_rebuilt_buckets": int(self.reducer.has_rebuilt_bucket),
+        }
+        if self.reducer.has_rebuilt_bucket:
+            rebuilt = self.reducer.rebuilt_bucket_indices
+            data["rebuilt_bucket_sizes"] = sizes(rebuilt)
+            data["rebuilt_per_bucket_param_indices"] = ", ".join(
+                " ".join(map(str, b)) for b in rebuilt
+            )
+        return data
+
     @property
     def timeline(self) -> list[tuple[str, int, float]]:
         """The last backward's events: ("grad", param index, t), ("allreduce", bucket, t),
@@ -298,6 +405,9 @@ class DistributedDataParallel(Module):
         return self.reducer.timeline
 
     def forward(self, *args, **kwargs):
+        # torch's _pre_forward: rebuild once, before the forward's activations take memory.
+        if torch.is_grad_enabled() and self.reducer.rebuild_buckets():
+            self._has_rebuilt_buckets = True
         self.reducer.ensure_prior_reduction_finished()
         output = self.module(*args, **kwargs)
         if torch.is_grad_enabled() and self.require_backward_grad_sync:
