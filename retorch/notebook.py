@@ -199,56 +199,128 @@ def side_by_side(rows: Iterable[tuple], headers=("", "retorch", "torch", "equal?
     display(Comparison(headers, table, verdict))
 
 
+#: Units of time: a smaller value is better. A unit is read word by word (``"µs per call"``).
+TIME_UNITS = {"ns", "us", "µs", "ms", "s"}
+
+
+def higher_is_better(result: dict) -> bool:
+    """Which way a stored benchmark ranks: ``True`` when a larger value is better.
+
+    A result may say so itself (``"higher_is_better"``); otherwise its unit decides: a rate
+    (any unit with ``/s``: GB/s, TB/s, GFLOP/s, samples/s) is better higher, a time (a word
+    of the unit is one of :data:`TIME_UNITS`) is better lower. A unit that is neither, or both,
+    raises ``ValueError``: the benchmark must then state its direction. A stated direction that
+    contradicts the unit raises too (GB/s ranked as if it were a time)."""
+    unit = str(result.get("unit", ""))
+    words = unit.replace(",", " ").replace(":", " ").replace("(", " ").replace(")", " ").split()
+    rate = any("/s" in w for w in words)
+    time = any(w in TIME_UNITS for w in words)
+    by_unit = True if rate and not time else False if time and not rate else None
+    stated = result.get("higher_is_better")
+    if stated is None:
+        if by_unit is None:
+            raise ValueError(
+                f"the unit {unit!r} is neither a rate nor a time: say which way the benchmark "
+                "ranks with 'higher_is_better'"
+            )
+        return by_unit
+    if by_unit is not None and bool(stated) != by_unit:
+        raise ValueError(f"higher_is_better={stated} contradicts the unit {unit!r}")
+    return bool(stated)
+
+
+def _torch_note(data: dict) -> str:
+    """Empty when ``data`` was measured with the torch installed here, else a warning."""
+    measured = data.get("versions", {}).get("torch", "?")
+    if measured.split("+")[0] == torch.__version__.split("+")[0]:
+        return ""
+    return f"measured with torch {measured}, not the {torch.__version__} of this book"
+
+
 def load_bench(name: str) -> dict:
     """The stored results of ``bench/bench_<name>.py`` (written by ``make bench``); its GPU
-    section, where a GPU machine measured one (``tools/bench.py --gpu``), under ``"gpu"``."""
+    section, where a GPU machine measured one (``tools/bench.py --gpu``), under ``"gpu"``.
+    Each carries ``higher_is_better`` (see :func:`higher_is_better`)."""
     results = ROOT / "bench" / "results"
     data = json.loads((results / f"{name}.json").read_text())
+    data["higher_is_better"] = higher_is_better(data)
     gpu = results / "gpu" / f"{name}.json"
     if gpu.is_file():
         data["gpu"] = json.loads(gpu.read_text())
+        data["gpu"].setdefault("title", f"{data['title']}, GPU section")
+        data["gpu"]["higher_is_better"] = higher_is_better(data["gpu"])
     return data
 
 
-def bench_summary(name: str):
-    """A stored benchmark in words: its notes, where and at which commit it was measured, and
-    each implementation's time relative to the fastest in each case (1.00x = fastest)."""
-    from IPython.display import Markdown
-
-    data = load_bench(name)
-    higher = data.get("higher_is_better", False)
-    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
+def relative_to_best(data: dict) -> dict[str, dict[str, float]]:
+    """``{case: {impl: ratio}}``: each value against the best of its case, as a factor >= 1
+    (1.00 = the best: the fastest time or the highest rate)."""
+    higher = higher_is_better(data)
     by_case: dict[str, dict[str, float]] = {}
     for row in data["rows"]:
         by_case.setdefault(row["case"], {})[row["impl"]] = row["value"]
-    lines = [
-        " ".join(data["notes"].split()),
-        "",
-        f"Measured on {data['machine']} at commit `{data.get('commit', '?')}` "
-        f"(torch {data.get('versions', {}).get('torch', '?')}). Relative to the fastest in "
-        "each case (1.00x = fastest):",
+    out = {}
+    for case, values in by_case.items():
+        best = max(values.values()) if higher else min(values.values())
+        out[case] = {i: (best / v if higher else v / best) for i, v in values.items()}
+    return out
+
+
+def _where(data: dict) -> str:
+    device = (
+        f"{data['device']} (host: {data['machine']})" if data.get("device") else data["machine"]
+    )
+    return (
+        f"Measured on {device} at commit `{data.get('commit', '?')}` "
+        f"with torch {data.get('versions', {}).get('torch', '?')}"
+    )
+
+
+def bench_summary(name: str, gpu: bool = False):
+    """A stored benchmark in words: its notes, where, with which torch and at which commit it
+    was measured, and each implementation relative to the best in each case (1.00x = best;
+    for a time the fastest, for a rate such as GB/s the highest). ``gpu=True``: its GPU section.
+    """
+    from IPython.display import Markdown
+
+    data = load_bench(name)
+    if gpu:
+        data = data["gpu"]
+    higher = higher_is_better(data)
+    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
+    note = _torch_note(data)
+    ratio = "the best value divided by this one" if higher else "this time divided by the fastest"
+    lines = [" ".join(data.get("notes", "").split()), ""] if data.get("notes") else []
+    lines += [
+        f"{_where(data)}" + (f" (**{note}**)" if note else "") + ". "
+        f"Unit: {data['unit']}, {'higher' if higher else 'lower'} is better. Relative to the "
+        f"best in each case ({ratio}; 1.00x = best):",
         "",
         "| case | " + " | ".join(impls) + " |",
         "| --- |" + " --- |" * len(impls),
     ]
-    for case, values in by_case.items():
-        best = max(values.values()) if higher else min(values.values())
-        cells = [
-            f"{(best / values[i] if higher else values[i] / best):.2f}x" if i in values else "-"
-            for i in impls
-        ]
+    for case, values in relative_to_best(data).items():
+        cells = [f"{values[i]:.2f}x" if i in values else "-" for i in impls]
         lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    for r in data.get("reviewed", []):  # tools/bench.py --review: an edit that changes nothing
+        lines += ["", f"`{r['file']}` changed since (reviewed at `{r['commit']}`): {r['why']}"]
     return Markdown("\n".join(lines))
 
 
-def plot_bench(name: str, ax=None, log: bool | None = None, horizontal: bool = False):
+def plot_bench(
+    name: str, ax=None, log: bool | None = None, horizontal: bool = False, gpu: bool = False
+):
     """Bar chart of a stored benchmark: one group per case, one bar per implementation.
 
     ``horizontal`` lays the groups out top to bottom, each case named on one line at its
-    left: for many cases with long names."""
+    left: for many cases with long names. ``gpu=True`` plots its GPU section. The value axis
+    says which way is better; the title names the machine (and GPU), the commit, and the torch
+    version where it is not the one this book runs."""
     import matplotlib.pyplot as plt
 
     data = load_bench(name)
+    if gpu:
+        data = data["gpu"]
     cases = list(dict.fromkeys(r["case"] for r in data["rows"]))
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
     value = {(r["case"], r["impl"]): r["value"] for r in data["rows"]}
@@ -261,18 +333,22 @@ def plot_bench(name: str, ax=None, log: bool | None = None, horizontal: bool = F
         ys = [value[(c, impl)] for c in cases if (c, impl) in value]
         bars(xs, ys, width, label=impl)
     ticks = [i + width * (len(impls) - 1) / 2 for i in range(len(cases))]
+    label = f"{data['unit']} ({'higher' if higher_is_better(data) else 'lower'} is better)"
     if horizontal:
         ax.set_yticks(ticks, cases, fontsize=10)
         ax.invert_yaxis()  # the first case on top
-        ax.set_xlabel(data["unit"])
+        ax.set_xlabel(label)
     else:
         labels = [textwrap.fill(c, 11) for c in cases]  # long case names on several lines
         ax.set_xticks(ticks, labels, fontsize=8)
-        ax.set_ylabel(data["unit"])
+        ax.set_ylabel(label)
     if data.get("log", True) if log is None else log:
         (ax.set_xscale if horizontal else ax.set_yscale)("log")
+    where = data["device"] if data.get("device") else data["machine"]
+    note = _torch_note(data)
     ax.set_title(
-        f"{data['title']}\n{data['machine']}, measured at commit {data.get('commit', '?')}",
+        f"{data['title']}\n{where}, measured at commit {data.get('commit', '?')}"
+        + (f"\n{note}" if note else ""),
         fontsize=10,
     )
     ax.legend(fontsize=8)

@@ -162,3 +162,63 @@ def test_gpu_matmul_variant_stands_in_for_the_register_tiled_kernel():
     np.testing.assert_allclose(got.cpu().numpy(), x @ y, rtol=1e-12, atol=1e-12)
     assert len(launched) == 1 and launched[0][0] == (2, 1, 1)
     assert cuda_kernels.mm_regtile_kernel is real and cuda_kernels.MM_KERNEL["name"] == "auto"
+
+
+@pytest.mark.parametrize("path", RESULTS + GPU_RESULTS, ids=lambda p: p.parent.name + "/" + p.stem)
+def test_stored_result_was_measured_from_a_clean_tree(path):
+    """A result whose measured files had uncommitted edits describes code no commit holds."""
+    result = json.loads(path.read_text())
+    assert not str(result.get("commit")).endswith("+dirty"), (
+        f"{path.name} was measured from a dirty tree ({result['commit']}): commit, then run "
+        f"`tools/bench.py {path.stem}`{' --gpu on a GPU machine' if 'device' in result else ''}"
+    )
+
+
+def test_the_runner_refuses_to_store_a_dirty_or_undirected_result():
+    assert bench.storable({"commit": "abc+dirty", "unit": "ms"}).startswith("measured from a dirty")
+    assert bench.storable({"commit": "abc", "unit": "ms"}) is None
+    assert "neither a rate nor a time" in bench.storable({"commit": "abc", "unit": "widgets"})
+    assert bench.storable({"commit": "abc", "unit": "widgets", "higher_is_better": True}) is None
+
+
+@pytest.mark.parametrize("path", RESULTS + GPU_RESULTS, ids=lambda p: p.parent.name + "/" + p.stem)
+def test_stored_result_ranks_in_the_direction_of_its_unit(path):
+    """Every stored result, CPU or GPU, has a direction its unit agrees with, and the table's
+    1.00x goes to the best value of each case: the highest rate, the lowest time."""
+    from retorch.notebook import higher_is_better, relative_to_best
+
+    result = json.loads(path.read_text())
+    higher = higher_is_better(result)
+    assert higher == any("/s" in w for w in result["unit"].split()), result["unit"]
+    ratios = relative_to_best(result)
+    for case, values in ratios.items():
+        raw = {r["impl"]: r["value"] for r in result["rows"] if r["case"] == case}
+        best = (max if higher else min)(raw, key=raw.get)
+        assert values[best] == 1.0 and all(v >= 1.0 for v in values.values()), (case, values)
+
+
+def test_rates_rank_highest_first_and_times_lowest_first():
+    from retorch.notebook import higher_is_better, relative_to_best
+
+    rows = [{"case": "c", "impl": "a", "value": 2.0}, {"case": "c", "impl": "b", "value": 8.0}]
+    assert relative_to_best({"unit": "GB/s", "rows": rows}) == {"c": {"a": 4.0, "b": 1.0}}
+    assert relative_to_best({"unit": "ms", "rows": rows}) == {"c": {"a": 1.0, "b": 4.0}}
+    assert higher_is_better({"unit": "as each case says: µs per call, ms per step"}) is False
+    for bad in [{"unit": "GB/s", "higher_is_better": False}, {"unit": "ms/s per µs"}]:
+        with pytest.raises(ValueError):
+            higher_is_better(bad)
+
+
+def test_a_result_of_another_torch_says_so_in_its_table_and_plot():
+    import matplotlib.pyplot as plt
+
+    from retorch.notebook import bench_summary, load_bench, plot_bench
+
+    gpu = [p.stem for p in GPU_RESULTS]
+    other = [n for n in gpu if not load_bench(n)["gpu"]["versions"]["torch"].startswith("2.13.")]
+    for name in other:
+        version = load_bench(name)["gpu"]["versions"]["torch"]
+        assert f"measured with torch {version}" in bench_summary(name, gpu=True).data
+        ax = plot_bench(name, gpu=True)
+        assert f"measured with torch {version}" in ax.get_title()
+        plt.close(ax.figure)

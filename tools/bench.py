@@ -9,7 +9,12 @@ Each benchmark runs in a fresh process, and its result records what it measured:
 (``git describe``-style, marked ``+dirty`` when measured files had uncommitted changes) and a
 hash of every file of ``retorch/`` and ``bench/`` that the process loaded. ``stale()`` compares
 those hashes with the files as they are now: ``tests/test_bench.py`` fails when a stored result
-describes code that has changed since, so the book never plots numbers of older code.
+describes code that has changed since, so the book never plots numbers of older code. A result
+measured from a dirty tree (uncommitted edits of measured files) is not stored: its code exists
+at no commit, so nobody could measure it again (``storable``; commit, then measure). Each result
+stores its direction, ``higher_is_better`` (from its unit, see
+``retorch.notebook.higher_is_better``), so that tables and plots rank rates and times the right
+way round.
 
     python tools/bench.py              # all benchmarks, full size
     python tools/bench.py optim --quick
@@ -129,6 +134,23 @@ def review(path: Path, files: list[str], why: str) -> dict:
     return result
 
 
+def storable(result: dict) -> str | None:
+    """Why ``result`` must not be stored (``None`` when it may): it was measured from a dirty
+    tree, or its direction cannot be told."""
+    if str(result.get("commit", "")).endswith("+dirty"):
+        return (
+            f"measured from a dirty tree ({result['commit']}): commit the measured files "
+            "(retorch/, bench/), then measure again"
+        )
+    from retorch.notebook import higher_is_better
+
+    try:
+        higher_is_better(result)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def gpu_names() -> list[str]:
     """The benchmarks with a GPU section (a ``run_gpu(quick)`` function)."""
     return [n for n in names() if "def run_gpu(" in (ROOT / "bench" / f"bench_{n}.py").read_text()]
@@ -146,6 +168,10 @@ def run_one(name: str, quick: bool, gpu: bool = False) -> dict:
     result["versions"] = {"torch": torch.__version__, "python": platform.python_version()}
     result["sources"] = loaded_sources()
     result["commit"] = commit_of(list(result["sources"]))
+    if "rows" in result:  # imported after the sources are listed: not part of what was measured
+        from retorch.notebook import higher_is_better
+
+        result["higher_is_better"] = higher_is_better(result)
     return result
 
 
@@ -183,6 +209,7 @@ def main() -> int:
     if args.one:
         Path(args.to).write_text(json.dumps(run_one(args.one, args.quick, args.gpu)))
         return 0
+    refused = 0
     for name in args.only or (gpu_names() if args.gpu else names()):
         result = run_in_subprocess(name, args.quick, args.gpu)
         print(f"{name}: {result.get('title', 'GPU section')} ({result['seconds']} s)")
@@ -191,12 +218,15 @@ def main() -> int:
             continue
         for row in result["rows"]:
             print(f"  {row['case']:<28} {row['impl']:<26} {row['value']:>12.4g} {result['unit']}")
-        if not args.quick:
+        if not args.quick and (why := storable(result)):
+            print(f"  NOT STORED: {why}")
+            refused += 1
+        elif not args.quick:
             folder = ROOT / "bench" / "results" / ("gpu" if args.gpu else "")
             out = folder / f"{name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":
