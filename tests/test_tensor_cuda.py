@@ -30,6 +30,7 @@ def check(ours, theirs, rtol=0.0, atol=0.0):
     assert ours.device == "cuda"
     assert ours.dtype.name == str(theirs.dtype).replace("torch.", "")
     assert ours.shape == tuple(theirs.shape)
+    assert ours.stride() == theirs.stride(), "the output's layout differs from torch's"
     a = ours.cpu().numpy()
     if rtol == 0 and atol == 0:
         np.testing.assert_array_equal(a, theirs.numpy())
@@ -88,6 +89,8 @@ def test_reductions_softmax_and_gather():
     a, ta = pair(A)
     check(rt.sum(a, 1), torch.sum(ta, 1), rtol=SUM32)
     check(rt.sum(a), torch.sum(ta), rtol=SUM32)
+    check(rt.sum(a.t(), 1), torch.sum(ta.t(), 1), rtol=SUM32)  # copied first on CUDA
+    check(rt.sum(a[:, ::2], 0, keepdim=True), ta[:, ::2].sum(0, keepdim=True), rtol=SUM32)
     check(rt.mean(a, 0, keepdim=True), torch.mean(ta, 0, keepdim=True), rtol=SUM32)
     check(rt.amax(a, 1), torch.amax(ta, 1))
     v, i = rt.max(a, 0)
