@@ -83,5 +83,5 @@ def test_mlp_trains_on_retorch_alone_as_torch(name):
     diff = np.abs(np.array(got) - np.array(expected))
     assert diff.max() < TOL, (diff.max(), int(diff.argmax()))
     assert got[-1] < 0.6 * got[0]  # it learned
-    for p, q in zip(ours.parameters(), torch_model.parameters()):
+    for p, q in zip(ours.parameters(), torch_model.parameters(), strict=True):
         np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=0, atol=1e-12)

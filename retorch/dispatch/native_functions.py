@@ -61,6 +61,7 @@ SCHEMAS = [
     "t(Tensor(a) self) -> Tensor(a)",
     "view(Tensor(a) self, SymInt[] size) -> Tensor(a)",
     "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)",
+    "_unsafe_view(Tensor self, SymInt[] size) -> Tensor",
     "_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
     "_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
     "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
@@ -168,6 +169,7 @@ EXPLICIT = {
         _o.clone(self.data) if memory_format is None else _o.clone(self.data).contiguous()
     ),
     "detach": lambda self: _w(self.data),
+    "_unsafe_view": lambda self, size: _w(self.data.view(tuple(size))),
     "copy_": _inplace(lambda x, src, non_blocking=False: _o.copy_(x, _r(src))),
     "sum": _sum,  # torch: CompositeExplicitAutograd, plus a Meta kernel
     "mean": _mean,  # the same
@@ -220,8 +222,8 @@ def _reshape(self, shape):
         shape[shape.index(-1)] = self.numel() // known
     if self.is_contiguous():
         return ops.aten.view(self, shape)
-    # torch: _unsafe_view of a row-major clone
-    return ops.aten.view(ops.aten.clone(self, memory_format="contiguous_format"), shape)
+    # torch: _unsafe_view of a row-major clone (UnsafeViewBackward0, a new tensor, no view)
+    return ops.aten._unsafe_view(ops.aten.clone(self, memory_format="contiguous_format"), shape)
 
 
 def _to(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
@@ -304,6 +306,7 @@ def _register() -> list:
         lib.impl(name, fn, "CompositeExplicitAutograd")
     lib.impl("sum", _sum, "Meta")
     lib.impl("mean", _mean, "Meta")
+    lib.impl("_unsafe_view", EXPLICIT["_unsafe_view"], "Meta")  # torch: _meta_registrations.py
     for name, fn in IMPLICIT.items():
         lib.impl(name, fn, "CompositeImplicitAutograd")
     from . import autocast_mode, variable_type

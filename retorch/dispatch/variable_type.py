@@ -132,6 +132,7 @@ FUNCTIONAL = {
     "exp": dict(op="exp", save_output="result"),
     "log": dict(op="log", save={"self_": "self"}),
     "clone": dict(op="clone"),
+    "_unsafe_view": dict(op="unsafe_view", attrs=_sizes),
     "sum": dict(op="sum", attrs=_sizes),
     "sum.dim_IntList": dict(op="sum_dim", attrs=_sum_dim_attrs),
     "mean": dict(op="mean", attrs=lambda v, o: {**_sizes(v, o), "numel": v["self"].numel()}),
