@@ -267,12 +267,11 @@ def relative_to_best(data: dict) -> dict[str, dict[str, float]]:
 
 
 def _where(data: dict) -> str:
-    device = (
-        f"{data['device']} (host: {data['machine']})" if data.get("device") else data["machine"]
-    )
-    return (
-        f"Measured on {device} at commit `{data.get('commit', '?')}` "
-        f"with torch {data.get('versions', {}).get('torch', '?')}"
+    where = f"{data['device']} (host: {data['machine']})" if data.get("device") else data["machine"]
+    torch_version = data.get("versions", {}).get("torch", "?")
+    note = _torch_note(data)
+    return f"Measured on {where} at commit `{data.get('commit', '?')}` (torch {torch_version}" + (
+        f"; **{note}**)" if note else ")"
     )
 
 
@@ -286,15 +285,17 @@ def bench_summary(name: str, gpu: bool = False):
     data = load_bench(name)
     if gpu:
         data = data["gpu"]
-    higher = higher_is_better(data)
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
-    note = _torch_note(data)
-    ratio = "the best value divided by this one" if higher else "this time divided by the fastest"
+    if higher_is_better(data):
+        how = (
+            f"Rates in {data['unit']}, higher is better: relative to the highest in each case "
+            "(the highest divided by this one; 1.00x = fastest):"
+        )
+    else:
+        how = "Relative to the fastest in each case (1.00x = fastest):"
     lines = [" ".join(data.get("notes", "").split()), ""] if data.get("notes") else []
     lines += [
-        f"{_where(data)}" + (f" (**{note}**)" if note else "") + ". "
-        f"Unit: {data['unit']}, {'higher' if higher else 'lower'} is better. Relative to the "
-        f"best in each case ({ratio}; 1.00x = best):",
+        f"{_where(data)}. {how}",
         "",
         "| case | " + " | ".join(impls) + " |",
         "| --- |" + " --- |" * len(impls),
