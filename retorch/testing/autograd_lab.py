@@ -363,3 +363,27 @@ def check_run_backward(cmp, run_backward, Var):  # noqa: N803  (the lab's class 
                     cmp.equal(m.grad, None, f"{name}.grad in {run} (it needs no gradient)", why)
                 else:
                     cmp.tensor_like(m.grad, t.grad, f"{name}.grad in {run}", why, 1e-10, 1e-12)
+    check_retain_graph(cmp, run_backward, Var)
+
+
+def check_retain_graph(cmp, run_backward, Var):  # noqa: N803  (the lab's class name)
+    hint = (
+        "once a node has run, call node.release_variables() unless retain_graph is true (after "
+        "apply, which still needs them): a graph run with retain_graph=True can run again"
+    )
+    data = torch.randn(3, dtype=F64), torch.randn(3, dtype=F64)
+    mine = [Var(d.clone(), requires_grad=True) for d in data]
+    theirs = [d.clone().requires_grad_() for d in data]
+    out, loss = graph_2(*mine), graph_2(*theirs)
+    for k, retain in enumerate([True, True, False], 1):
+        run = f"run_backward(graph_2, retain_graph={retain}), run {k} through the same graph"
+        cmp.call(lambda: run_backward(out, retain_graph=retain), run, hint)
+        loss.backward(retain_graph=retain)
+        for name, m, t in zip("ab", mine, theirs):
+            cmp.tensor_like(m.grad, t.grad, f"{name}.grad after {run}", hint, 1e-10, 1e-12)
+    cmp.raises(
+        lambda: run_backward(out),
+        RuntimeError,
+        "run_backward a fourth time, through a graph freed by the third (torch raises)",
+        hint,
+    )

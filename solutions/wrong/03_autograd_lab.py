@@ -84,6 +84,8 @@ _ENGINE = (
         _, _, node = heapq.heappop(ready)
         order.append(type(node).__name__)
         grads = node.apply(buffers.pop(node))
+        if not retain_graph:
+            node.release_variables()
         for (nxt, _), grad in zip(node.next_functions, grads):
             if nxt is None:
                 continue
@@ -681,4 +683,27 @@ WRONG["ex4_saved_variable"] += [
         [None, _SAVED_UNPACK.replace(_FREED, ""), None],
     ),
     ("reset_data deletes self.var: unpack raises AttributeError", [None, None, "del self.var"]),
+]
+
+# Exercise 5 frees the saved variables after each node unless retain_graph (the template _ENGINE
+# above does it, so the earlier answers keep their one mistake).
+WRONG["ex5_run_backward"] += [
+    (
+        "never frees what the nodes saved (retain_graph ignored)",
+        _ENGINE.replace("        if not retain_graph:\n            node.release_variables()\n", ""),
+    ),
+    (
+        "frees a node's saved variables before calling apply, which needs them",
+        _ENGINE.replace("        if not retain_graph:\n            node.release_variables()\n", "")
+        .replace(
+            "        grads = node.apply(buffers.pop(node))\n",
+            "        if not retain_graph:\n            node.release_variables()\n"
+            "        grads = node.apply(buffers.pop(node))\n",
+        ),
+    ),
+    (
+        "frees even with retain_graph=True",
+        _ENGINE.replace("        if not retain_graph:\n            node.release_variables()\n",
+                        "        node.release_variables()\n"),
+    ),
 ]
