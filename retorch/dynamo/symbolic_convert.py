@@ -594,8 +594,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             inst = self.instructions[self.ip]
             if inst.offset == self.stop_at:
                 return inst, Unsupported(
-                    "a with block whose graph breaks inside runs in Python "
-                    f"(at BEFORE_WITH; inside: {self.stop_reason})",
+                    "graph break inside a with block: it runs in Python "
+                    f"(inside: {self.stop_reason})",
                     "opcode",
                 )
             if self.in_try_block(inst.offset):
