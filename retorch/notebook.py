@@ -247,8 +247,11 @@ def load_bench(name: str) -> dict:
     gpu = results / "gpu" / f"{name}.json"
     if gpu.is_file():
         data["gpu"] = json.loads(gpu.read_text())
-        data["gpu"].setdefault("title", f"{data['title']}, GPU section")
-        data["gpu"]["higher_is_better"] = higher_is_better(data["gpu"])
+        higher = data["gpu"]["higher_is_better"] = higher_is_better(data["gpu"])
+        order = "higher" if higher else "lower"
+        data["gpu"].setdefault(
+            "title", f"bench_{name}.py, GPU section ({data['gpu']['unit']}, {order} is better)"
+        )
     return data
 
 
