@@ -30,7 +30,8 @@ def torch_partitioner_log():
         yield lines
     finally:
         logger.removeHandler(handler)
-        logger.level, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[0])  # setLevel, not .level: it clears the loggers' level cache
+        logger.propagate = saved[1]
         torch_partitioners.AOT_PARTITIONER_DEBUG = saved[2]
         lines += [line for line in stream.getvalue().splitlines() if line.strip()]
 
