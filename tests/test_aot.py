@@ -540,3 +540,19 @@ def test_random_programs_on_broadcast_and_no_grad_inputs(case, seed):
             else:
                 assert a.shape == b.shape
                 torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_a_small_no_grad_input_is_saved_rather_than_a_full_size_intermediate():
+    """Where bytes decide: y of shape (1,) needs no gradient; recomputing `neg` in the backward
+    from the two inputs costs 8 bytes where saving it costs 48. A partitioner that counted
+    tensors, not bytes, would save `neg` (found by planting that bug)."""
+
+    def fn(x, y):
+        return (x * -(x + y)).cos()
+
+    args = [torch.randn(3, 2, dtype=torch.float64, requires_grad=True),
+            torch.randn(1, dtype=torch.float64)]  # fmt: skip
+    theirs = run_torch(fn, args, min_cut_rematerialization_partition)
+    ours = run_ours(fn, args, recompute_partition)
+    assert saved_values(ours.fw_module, 1) == saved_values(theirs["fw"], 1)
+    assert saved_values(ours.fw_module, 1) == ["primals_1", "primals_2"]
