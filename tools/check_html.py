@@ -6,6 +6,22 @@
 * Each lab page has the Colab launch button too.
 * At 1400 px, on every chapter and lab page (with every fold opened), no code line, output line
   or table is wider than its container, so nothing is cut off or hidden behind a scrollbar.
+* At 1400 px and at a phone's 390 px (``WIDTHS``), on every chapter, lab and book page, nothing
+  makes the page scroll sideways: no element (a heading, a long word, a figure) reaches past the
+  viewport's right edge unless a box that scrolls on its own holds it (code blocks, wide
+  tables and, on a phone, figures may scroll inside their own box).
+* At both widths, the text of every figure renders at ``MIN_TEXT_PX`` CSS pixels or more
+  (``figure_text_px``): a figure scaled down to fit its column scales its text down with it.
+  How large a figure's text is drawn is read from the figure itself:
+
+  - an SVG (Graphviz drawings, inline or as an image): the smallest ``font-size`` of its text,
+    in its user units, times the rendered width over the ``viewBox`` width;
+  - a PNG drawn by Matplotlib: the smallest font size in points (``MPL_MIN_FONT_PT``, the
+    smallest the course's figures use, or the PNG's own ``min-font-pt`` text chunk where the
+    figure records it), times the PNG's resolution (its ``pHYs`` chunk, dots per inch) over 72
+    points per inch gives its pixels in the PNG; times the rendered width over the PNG's width
+    gives CSS pixels on the page;
+  - any other raster image is reported as not checked.
 * The page's Chinese text (glossary, route names) renders with a CJK font, not as boxes.
 
     python tools/check_html.py _build/html
@@ -13,11 +29,15 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -54,6 +74,152 @@ for (const el of article.querySelectorAll('pre, table')) {
 return out;
 """
 
+#: The viewports every page is checked at: a desktop window and a phone (CSS pixels).
+WIDTHS = {"1400 px": (1400, 1000, False), "390 px": (390, 844, True)}
+
+#: The smallest text a figure may render, in CSS pixels: below about 9 px, labels and numbers
+#: in a plot or a diagram cannot be read without zooming.
+MIN_TEXT_PX = 9.0
+
+#: The smallest font size, in points, in the course's Matplotlib figures (tick labels and
+#: legends are 8 pt; the default is 10), assumed for a PNG that does not record its own.
+MPL_MIN_FONT_PT = 8.0
+
+#: Elements that reach past the right edge of the viewport without a box that scrolls (or clips)
+#: them: what makes a page scroll sideways. Only the outermost of nested culprits is reported.
+SIDEWAYS = """
+const vw = document.documentElement.clientWidth;
+const scrolls = (el) => {
+  for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+    const ox = getComputedStyle(a).overflowX;
+    if (ox === 'auto' || ox === 'scroll' || ox === 'hidden' || ox === 'clip') return true;
+  }
+  return false;
+};
+const out = [];
+const main = document.querySelector('main') || document.body;
+for (const el of main.querySelectorAll('*')) {
+  const box = el.getBoundingClientRect();
+  if (box.width === 0 || box.right <= vw + 1 || scrolls(el)) continue;
+  if (out.some(o => o.el.contains(el))) continue;
+  const what = el.tagName.toLowerCase() + (el.className && el.className.baseVal === undefined
+      ? '.' + String(el.className).trim().split(/\\s+/)[0] : '');
+  out.push({el, text: what + ' reaches ' + Math.round(box.right) + ' px: ' +
+            (el.innerText || el.getAttribute('src') || '').trim().split('\\n')[0].slice(0, 70)});
+}
+return [document.documentElement.scrollWidth, vw, out.map(o => o.text)];
+"""
+
+#: Every figure on the page: images with their rendered and natural widths, and inline SVG
+#: drawings with the smallest rendered size of their text (font size times the scale to screen).
+FIGURES = """
+const out = [];
+for (const img of document.querySelectorAll('article img')) {
+  const w = img.getBoundingClientRect().width;
+  if (w > 0) out.push(['img', img.currentSrc || img.src, w, img.naturalWidth]);
+}
+for (const svg of document.querySelectorAll('article svg')) {
+  if (svg.getBoundingClientRect().width === 0) continue;
+  let least = Infinity;
+  for (const t of svg.querySelectorAll('text')) {
+    const m = t.getScreenCTM();
+    if (!m || !t.textContent.trim()) continue;
+    least = Math.min(least, parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b));
+  }
+  if (least < Infinity) out.push(['svg', (svg.textContent || '').trim().slice(0, 40), least, 0]);
+}
+return out;
+"""
+
+
+def png_info(data: bytes) -> tuple[int, float | None, dict[str, str]]:
+    """A PNG's width in pixels, its resolution in dots per inch (``pHYs``; ``None`` if absent)
+    and its text chunks."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    width, dpi, text, i = struct.unpack(">I", data[16:20])[0], None, {}, 8
+    while i + 8 <= len(data):
+        (n,), kind = struct.unpack(">I", data[i : i + 4]), data[i + 4 : i + 8]
+        body = data[i + 8 : i + 8 + n]
+        if kind == b"pHYs" and body[8] == 1:  # unit 1: pixels per metre
+            dpi = struct.unpack(">I", body[:4])[0] * 0.0254
+        elif kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            text[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"IEND":
+            break
+        i += 12 + n
+    return width, dpi, text
+
+
+def svg_min_font(data: bytes) -> tuple[float, float] | None:
+    """The smallest font size of an SVG's text in its user units, and its ``viewBox`` width;
+    ``None`` when it has no text (a drawing whose text is paths is not checked)."""
+    root = ET.fromstring(data)
+    sizes = []
+    for el in root.iter():
+        if el.tag.rsplit("}", 1)[-1] != "text" or not "".join(el.itertext()).strip():
+            continue
+        size = el.get("font-size") or re.search(r"font-size:\s*([\d.]+)", el.get("style", ""))
+        size = size.group(1) if isinstance(size, re.Match) else size
+        if size:
+            sizes.append(float(re.match(r"[\d.]+", size).group()))
+    box = (root.get("viewBox") or "").replace(",", " ").split()
+    if not sizes or len(box) != 4:
+        return None
+    return min(sizes), float(box[2])
+
+
+def figure_text_px(path: Path, rendered: float) -> float | None:
+    """The smallest text of the figure in ``path``, in CSS pixels, when it is ``rendered`` px
+    wide; ``None`` for a figure whose text size cannot be told (see the module's docstring)."""
+    data = path.read_bytes()
+    if path.suffix == ".svg":
+        found = svg_min_font(data)
+        return None if found is None else found[0] * rendered / found[1]
+    if data[:4] == b"\x89PNG":
+        width, dpi, text = png_info(data)
+        if "Matplotlib" not in text.get("Software", "") or not dpi:
+            return None
+        pt = float(text.get("min-font-pt", MPL_MIN_FONT_PT))
+        return pt * dpi / 72 * rendered / width
+    return None
+
+
+def figure_problems(driver, page: str, width: str) -> tuple[list[str], int, int]:
+    """Figures on the open page whose text renders under ``MIN_TEXT_PX``; and how many figures
+    were checked and how many could not be."""
+    problems, checked, unchecked = [], 0, 0
+    for kind, src, size, _natural in driver.execute_script(FIGURES):
+        if kind == "svg":
+            px, name = size, f"inline SVG '{src}'"
+        else:
+            url = urlparse(src)
+            path = Path(unquote(url.path))
+            if url.scheme != "file" or not path.is_file():
+                unchecked += 1
+                continue
+            px, name = figure_text_px(path, size), path.name
+        if px is None:
+            unchecked += 1
+            continue
+        checked += 1
+        if px < MIN_TEXT_PX:
+            problems.append(
+                f"{page} at {width}: figure {name}: its smallest text renders at {px:.1f} px "
+                f"(under {MIN_TEXT_PX:g} px)"
+            )
+    return problems, checked, unchecked
+
+
+def viewport(driver, width: int, height: int, mobile: bool) -> None:
+    """Make the page's viewport ``width`` CSS pixels wide (a phone's, with ``mobile``)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+    )
+
+
 IMAGES_LOADED = """
 return Array.from(document.querySelectorAll('article img')).map(
   img => [img.getAttribute('src'), img.complete && img.naturalWidth > 0]);
@@ -83,6 +249,18 @@ def browser(profile: str) -> webdriver.Chrome:
     return webdriver.Chrome(service=Service(driver), options=opts)
 
 
+def load(driver, page: Path) -> None:
+    """Open ``page`` and wait for the page itself (its article and header buttons)."""
+    driver.get(page.as_uri())
+    WebDriverWait(driver, 30).until(
+        lambda d: (
+            d.execute_script("return document.readyState") == "complete"
+            and d.find_elements(By.CSS_SELECTOR, "article")
+            and d.find_elements(By.CSS_SELECTOR, ".bd-header-article a, .bd-header-article button")
+        )
+    )
+
+
 def main(root: str) -> int:
     html = Path(root).resolve()
     problems, report = [], []
@@ -94,6 +272,7 @@ def main(root: str) -> int:
         print("no CJK font installed: Chinese text would render as boxes (make chromium)")
         return 1
     labs = sorted((html / "labs").glob("*.html"))
+    books = sorted((html / "book").glob("*.html"))
     if not chapters:
         print(f"no chapter pages under {html}/notebooks: build the book first (make book)")
         return 1
@@ -111,51 +290,56 @@ def main(root: str) -> int:
                 if not any(link and link.endswith(f"notebooks/{page.name}") for link in links):
                     problems.append(f"home page has no link to {page.name}")
             report.append(f"home page: '{title}', {len(links)} navigation links")
-            for page in chapters + labs:
-                driver.get(page.as_uri())
-                # Wait for the page itself (its article and header buttons), not just navigation.
-                WebDriverWait(driver, 30).until(
-                    lambda d: (
-                        d.execute_script("return document.readyState") == "complete"
-                        and d.find_elements(By.CSS_SELECTOR, "article")
-                        and d.find_elements(
-                            By.CSS_SELECTOR, ".bd-header-article a, .bd-header-article button"
+            for page in chapters + labs + books:
+                name = f"{page.parent.name}/{page.name}"
+                notes = []
+                for width, (w, h, mobile) in WIDTHS.items():
+                    viewport(driver, w, h, mobile)
+                    load(driver, page)
+                    driver.execute_script(OPEN_FOLDS)
+                    scroll_width, vw, culprits = driver.execute_script(SIDEWAYS)
+                    if scroll_width > vw + 1 or culprits:
+                        problems.append(
+                            f"{name} at {width}: the page scrolls sideways ({scroll_width} px "
+                            f"in {vw} px): " + ("; ".join(culprits) or "no single element")
                         )
-                    )
-                )
-                want = colab_url(f"{page.parent.name}/{page.stem}.ipynb")
-                hrefs = [
-                    a.get_attribute("href")
-                    for a in driver.find_elements(By.CSS_SELECTOR, "a[href*='colab']")
-                ]
-                if want not in hrefs:
-                    problems.append(
-                        f"{page.name}: no Open-in-Colab launch button to {want} (found {hrefs})"
-                    )
-                driver.execute_script(OPEN_FOLDS)
-                overflows = driver.execute_script(OVERFLOWS)
-                problems += [f"{page.parent.name}/{page.name}: overflows: {o}" for o in overflows]
-                if page in labs:
-                    report.append(
-                        f"{page.parent.name}/{page.name}: Colab button, nothing overflows"
-                    )
-                    continue
-                images = driver.execute_script(IMAGES_LOADED)
-                broken = [src for src, ok in images if not ok]
-                problems += [f"{page.name}: image did not load: {src}" for src in broken]
-                if not images:
-                    problems.append(f"{page.name}: no figures or graph images on the page")
-                report.append(
-                    f"notebooks/{page.name}: {len(images)} images loaded, Colab button, "
-                    "nothing overflows"
-                )
+                    found, checked, unchecked = figure_problems(driver, name, width)
+                    problems += found
+                    notes.append(f"{width}: {checked} figures' text checked, {unchecked} not")
+                    if width != "1400 px":
+                        continue
+                    overflows = driver.execute_script(OVERFLOWS)
+                    problems += [f"{name}: overflows: {o}" for o in overflows]
+                    if page in books:
+                        continue
+                    want = colab_url(f"{page.parent.name}/{page.stem}.ipynb")
+                    hrefs = [
+                        a.get_attribute("href")
+                        for a in driver.find_elements(By.CSS_SELECTOR, "a[href*='colab']")
+                    ]
+                    if want not in hrefs:
+                        problems.append(
+                            f"{page.name}: no Open-in-Colab launch button to {want} (found {hrefs})"
+                        )
+                    if page in labs:
+                        continue
+                    images = driver.execute_script(IMAGES_LOADED)
+                    broken = [src for src, ok in images if not ok]
+                    problems += [f"{page.name}: image did not load: {src}" for src in broken]
+                    if not images:
+                        problems.append(f"{page.name}: no figures or graph images on the page")
+                    notes.append(f"{len(images)} images loaded")
+                report.append(f"{name}: " + "; ".join(notes))
         finally:
             driver.quit()
     print("\n".join(report))
     if problems:
         print("\n".join(problems))
         return 1
-    print(f"browser check: {len(chapters)} chapter pages and {len(labs)} lab pages OK")
+    print(
+        f"browser check: {len(chapters)} chapter, {len(labs)} lab and {len(books)} book pages "
+        f"OK at {' and '.join(WIDTHS)}"
+    )
     return 0
 
 
