@@ -6,11 +6,12 @@ SOLUTION region(s) of the exercise's solution cell (exercise 4's cell has two:
 """
 
 _SCHEDULE = """\
+n, p = len(ring), ring.index(rank)  # rank's position on the ring
 steps = []
-for s in range(n - 1):  # reduce-scatter: chunk r completes on rank r at the last step
-    steps.append(((rank - s - 1) % n, (rank - s - 2) % n))
-for s in range(n - 1):  # all-gather: pass on the chunk that is complete
-    steps.append(((rank - s) % n, (rank - s - 1) % n))
+for s in range(n - 1):  # reduce-scatter
+    steps.append((ring[(p - s - 1) % n], ring[(p - s - 2) % n]))
+for s in range(n - 1):  # all-gather
+    steps.append((ring[(p - s) % n], ring[(p - s - 1) % n]))
 return steps
 """
 
@@ -29,11 +30,13 @@ return buckets[::-1]
 """
 
 _REDUCE_SCATTER = """\
-size = math.ceil(x.numel() / n)
-chunks = list(torch.cat([x, x.new_zeros(n * size - x.numel())]).view(n, size).clone())
+n, p = len(ring), ring.index(rank)
+flat = x.reshape(-1)  # a copy when x is a strided view
+size = math.ceil(flat.numel() / n)
+chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())]).view(n, size))
 for s in range(n - 1):
-    send(chunks[(rank - s - 1) % n])
-    into = (rank - s - 2) % n
+    send(chunks[ring[(p - s - 1) % n]])
+    into = ring[(p - s - 2) % n]
     chunks[into] = chunks[into] + recv()
 return chunks[rank]
 """
@@ -63,94 +66,96 @@ def _sub(text: str, old: str, new: str) -> str:
 WRONG = {
     "ex1_ring_schedule": [
         (
-            "the textbook ring: step s sends chunk rank - s, so rank r finishes chunk r + 1 "
-            "(a correct all-reduce, but not reduce_scatter's ownership)",
+            "chapter 7's formulas copied: ranks taken for ring positions (right only when "
+            "ring = [0, 1, ..., n-1])",
             """\
+n = len(ring)
 steps = []
 for s in range(n - 1):
-    steps.append(((rank - s) % n, (rank - s - 1) % n))
+    steps.append(((rank - s - 1) % n, (rank - s - 2) % n))
 for s in range(n - 1):
-    steps.append(((rank - s + 1) % n, (rank - s) % n))
+    steps.append(((rank - s) % n, (rank - s - 1) % n))
 return steps
 """,
+        ),
+        (
+            "positions returned instead of the chunks (ranks) at those positions",
+            """\
+n, p = len(ring), ring.index(rank)
+steps = []
+for s in range(n - 1):
+    steps.append(((p - s - 1) % n, (p - s - 2) % n))
+for s in range(n - 1):
+    steps.append(((p - s) % n, (p - s - 1) % n))
+return steps
+""",
+        ),
+        (
+            "the ring's position looked up as ring[rank] instead of ring.index(rank)",
+            _sub(_SCHEDULE, "p = len(ring), ring.index(rank)", "p = len(ring), ring[rank]"),
+        ),
+        (
+            "the textbook ring: rank ring[p] finishes the chunk of ring[p + 1] (a correct "
+            "all-reduce, but not reduce_scatter's ownership)",
+            """\
+n, p = len(ring), ring.index(rank)
+steps = []
+for s in range(n - 1):
+    steps.append((ring[(p - s) % n], ring[(p - s - 1) % n]))
+for s in range(n - 1):
+    steps.append((ring[(p - s + 1) % n], ring[(p - s) % n]))
+return steps
+""",
+        ),
+        (
+            "chunks walk the ring the other way, against the direction of sends",
+            """\
+n, p = len(ring), ring.index(rank)
+steps = []
+for s in range(n - 1):
+    steps.append((ring[(p + s + 1) % n], ring[(p + s + 2) % n]))
+for s in range(n - 1):
+    steps.append((ring[(p + s) % n], ring[(p + s + 1) % n]))
+return steps
+""",
+        ),
+        (
+            "the ring sorted in place to find the position (changes the caller's list)",
+            _sub(_SCHEDULE, "n, p = len(ring), ring.index(rank)",
+                 "ring.sort()\nn, p = len(ring), ring.index(rank)"),
+        ),
+        (
+            "n hard-coded to 4, the size of the chapter's figure",
+            _sub(_SCHEDULE, "n, p = len(ring), ring.index(rank)", "n, p = 4, ring.index(rank)"),
         ),
         (
             "each rank receives the same chunk it sends",
-            _sub(_SCHEDULE, "(rank - s - 2) % n))\nfor", "(rank - s - 1) % n))\nfor"),
+            _sub(_SCHEDULE, "ring[(p - s - 2) % n]))", "ring[(p - s - 1) % n]))"),
         ),
         (
             "the all-gather repeats the reduce-scatter's chunks (sends chunks not yet complete)",
-            _sub(_SCHEDULE, "steps.append(((rank - s) % n, (rank - s - 1) % n))",
-                 "steps.append(((rank - s - 1) % n, (rank - s - 2) % n))"),
-        ),
-        (
-            "chunks walk the ring the other way (rank + s), against the direction of sends",
-            """\
-steps = []
-for s in range(n - 1):
-    steps.append(((rank + s + 1) % n, (rank + s + 2) % n))
-for s in range(n - 1):
-    steps.append(((rank + s) % n, (rank + s + 1) % n))
-return steps
-""",
+            _sub(_SCHEDULE, "steps.append((ring[(p - s) % n], ring[(p - s - 1) % n]))",
+                 "steps.append((ring[(p - s - 1) % n], ring[(p - s - 2) % n]))"),
         ),
         (
             "only the reduce-scatter half (n - 1 steps)",
-            _sub(_SCHEDULE, "for s in range(n - 1):  # all-gather: pass",
-                 "for s in range(0):  # all-gather: pass"),
+            _sub(_SCHEDULE, "for s in range(n - 1):  # all-gather", "for s in range(0):"),
         ),
         (
-            "memoised by rank only: a cache kept between calls returns another n's schedule",
-            """\
-cache = ring_schedule.__dict__.setdefault("cache", {})
-if rank not in cache:
-    steps = []
-    for s in range(n - 1):
-        steps.append(((rank - s - 1) % n, (rank - s - 2) % n))
-    for s in range(n - 1):
-        steps.append(((rank - s) % n, (rank - s - 1) % n))
-    cache[rank] = steps
-return cache[rank]
-""",
+            "at least one step, even for a ring of one rank (which has nothing to send)",
+            _sub(_SCHEDULE, "for s in range(n - 1):  # reduce-scatter",
+                 "for s in range(max(n - 1, 1)):"),
         ),
         (
-            "chunk numbers without % n (negative numbers index a Python list from the end)",
+            "each pair written (received, sent) instead of (sent, received)",
             """\
+n, p = len(ring), ring.index(rank)
 steps = []
 for s in range(n - 1):
-    steps.append((rank - s - 1, rank - s - 2))
+    steps.append((ring[(p - s - 2) % n], ring[(p - s - 1) % n]))
 for s in range(n - 1):
-    steps.append((rank - s, rank - s - 1))
+    steps.append((ring[(p - s - 1) % n], ring[(p - s) % n]))
 return steps
-""",
-        ),
-        (
-            "the all-gather sends the rank's own chunk at every step (right for n = 2 only)",
-            _sub(_SCHEDULE, "steps.append(((rank - s) % n, (rank - s - 1) % n))",
-                 "steps.append((rank, (rank - 1) % n))"),
-        ),
-        (
-            "n steps per phase (range(n)): one step too many in each",
-            _sub(_SCHEDULE, "for s in range(n - 1):  # all-gather", "for s in range(n):  # all-gather")
-            .replace("for s in range(n - 1):  # reduce", "for s in range(n):  # reduce"),
-        ),
-        (
-            "the two phases in the wrong order (all-gather steps first)",
-            """\
-steps = []
-for s in range(n - 1):
-    steps.append(((rank - s) % n, (rank - s - 1) % n))
-for s in range(n - 1):
-    steps.append(((rank - s - 1) % n, (rank - s - 2) % n))
-return steps
-""",
-        ),
-        (
-            "each phase's steps listed last to first",
-            """\
-rs = [((rank - s - 1) % n, (rank - s - 2) % n) for s in range(n - 1)]
-ag = [((rank - s) % n, (rank - s - 1) % n) for s in range(n - 1)]
-return rs[::-1] + ag[::-1]
 """,
         ),
     ],
@@ -247,21 +252,89 @@ return buckets[::-1]
     ],
     "ex3_reduce_scatter": [
         (
+            "wrong dtype: zeros of the default dtype (float32) as padding, so an int64 or "
+            "bfloat16 input gives a float32 shard",
+            _sub(_REDUCE_SCATTER, "flat.new_zeros(n * size - flat.numel())",
+                 "torch.zeros(n * size - flat.numel())"),
+        ),
+        (
+            "wrong dtype: the sums accumulated in float32 for precision, and returned so",
+            _sub(_REDUCE_SCATTER, "chunks[into] = chunks[into] + recv()",
+                 "chunks[into] = chunks[into].float() + recv().float()"),
+        ),
+        (
+            "non-contiguous input: x.view(-1), which fails on a transposed or strided view",
+            _sub(_REDUCE_SCATTER, "flat = x.reshape(-1)  # a copy when x is a strided view",
+                 "flat = x.view(-1)"),
+        ),
+        (
+            "non-contiguous input: the memory from x's first element read as if contiguous "
+            "(as_strided; what torch 2.13's gloo all_reduce does to a strided view)",
+            _sub(_REDUCE_SCATTER, "flat = x.reshape(-1)  # a copy when x is a strided view",
+                 "flat = x.as_strided((x.numel(),), (1,))"),
+        ),
+        (
+            "size-0 input: chunks of at least one element (max(1, ...)), so an empty tensor "
+            "gives a shard of one zero",
+            _sub(_REDUCE_SCATTER, "size = math.ceil(flat.numel() / n)",
+                 "size = max(1, math.ceil(flat.numel() / n))"),
+        ),
+        (
+            "N // n + 1 elements per chunk: one too many when n divides N",
+            _sub(_REDUCE_SCATTER, "size = math.ceil(flat.numel() / n)",
+                 "size = flat.numel() // n + 1"),
+        ),
+        (
+            "one rank: x returned as it is (its shape and layout), not the flat shard",
+            _sub(_REDUCE_SCATTER, "n, p = len(ring), ring.index(rank)\n",
+                 "n, p = len(ring), ring.index(rank)\nif n == 1:\n    return x\n"),
+        ),
+        (
+            "chapter 7's formulas copied: ranks taken for ring positions",
+            _sub(_sub(_REDUCE_SCATTER, "send(chunks[ring[(p - s - 1) % n]])",
+                      "send(chunks[(rank - s - 1) % n])"),
+                 "into = ring[(p - s - 2) % n]", "into = (rank - s - 2) % n"),
+        ),
+        (
+            "the received chunk written over the own one instead of added to it",
+            _sub(_REDUCE_SCATTER, "chunks[into] = chunks[into] + recv()", "chunks[into] = recv()"),
+        ),
+        (
+            "the sums added in place into the chunks, which are views of the caller's x when "
+            "no padding is needed",
+            _sub(_sub(_REDUCE_SCATTER,
+                      "chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())])"
+                      ".view(n, size))",
+                      "padded = flat if n * size == flat.numel() else torch.cat(\n"
+                      "    [flat, flat.new_zeros(n * size - flat.numel())])\n"
+                      "chunks = list(padded.view(n, size))"),
+                 "chunks[into] = chunks[into] + recv()", "chunks[into] += recv()"),
+        ),
+        (
             "chunks cut with tensor_split, without padding (sizes differ by one)",
-            """\
-chunks = [c.clone() for c in x.tensor_split(n)]
-for s in range(n - 1):
-    send(chunks[(rank - s - 1) % n])
-    into = (rank - s - 2) % n
-    chunks[into] = chunks[into] + recv()
-return chunks[rank]
-""",
+            _sub(_REDUCE_SCATTER,
+                 "chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())])"
+                 ".view(n, size))",
+                 "chunks = [c.clone() for c in flat.tensor_split(n)]"),
+        ),
+        (
+            "the zero padding put in front of the elements",
+            _sub(_REDUCE_SCATTER, "torch.cat([flat, flat.new_zeros(n * size - flat.numel())])",
+                 "torch.cat([flat.new_zeros(n * size - flat.numel()), flat])"),
+        ),
+        (
+            "receive before sending: every rank waits for its neighbour (a deadlock)",
+            _sub(_sub(_REDUCE_SCATTER, "    send(chunks[ring[(p - s - 1) % n]])\n",
+                      "    incoming = recv()\n    send(chunks[ring[(p - s - 1) % n]])\n"),
+                 "chunks[into] = chunks[into] + recv()", "chunks[into] = chunks[into] + incoming"),
         ),
         (
             "the whole running sum passed round the ring, then sliced (n - 1 full messages)",
             """\
-size = math.ceil(x.numel() / n)
-total = torch.cat([x, x.new_zeros(n * size - x.numel())])
+n = len(ring)
+flat = x.reshape(-1)
+size = math.ceil(flat.numel() / n)
+total = torch.cat([flat, flat.new_zeros(n * size - flat.numel())])
 own = total.clone()
 for s in range(n - 1):
     send(own)
@@ -269,94 +342,6 @@ for s in range(n - 1):
     total = total + own
 return total.view(n, size)[rank]
 """,
-        ),
-        (
-            "the textbook schedule: rank r ends with chunk r + 1",
-            _sub(
-                _sub(
-                    _sub(_REDUCE_SCATTER, "send(chunks[(rank - s - 1) % n])",
-                         "send(chunks[(rank - s) % n])"),
-                    "into = (rank - s - 2) % n", "into = (rank - s - 1) % n",
-                ),
-                "return chunks[rank]",
-                "return chunks[(rank + 1) % n]",
-            ),
-        ),
-        (
-            "the received chunk replaces the own one instead of being added to it",
-            _sub(_REDUCE_SCATTER, "chunks[into] = chunks[into] + recv()", "chunks[into] = recv()"),
-        ),
-        (
-            "the zero padding put in front of the elements",
-            _sub(
-                _REDUCE_SCATTER,
-                "torch.cat([x, x.new_zeros(n * size - x.numel())])",
-                "torch.cat([x.new_zeros(n * size - x.numel()), x])",
-            ),
-        ),
-        (
-            "receive before sending: every rank waits for its neighbour (a deadlock)",
-            """\
-size = math.ceil(x.numel() / n)
-chunks = list(torch.cat([x, x.new_zeros(n * size - x.numel())]).view(n, size).clone())
-for s in range(n - 1):
-    incoming = recv()
-    send(chunks[(rank - s - 1) % n])
-    into = (rank - s - 2) % n
-    chunks[into] = chunks[into] + incoming
-return chunks[rank]
-""",
-        ),
-        (
-            "the last step skipped (range(n - 2)): the shard misses one rank's chunk",
-            _sub(_REDUCE_SCATTER, "for s in range(n - 1):", "for s in range(max(n - 2, 1)):"),
-        ),
-        (
-            "the padding trimmed off the shard (only the real elements returned)",
-            _sub(_REDUCE_SCATTER, "return chunks[rank]",
-                 "return chunks[rank][: max(0, min(size, x.numel() - rank * size))]"),
-        ),
-        (
-            "n - N % n zeros of padding (a whole extra chunk's worth when n divides N)",
-            _sub(_REDUCE_SCATTER,
-                 "chunks = list(torch.cat([x, x.new_zeros(n * size - x.numel())]).view(n, size).clone())",
-                 "chunks = list(torch.cat([x, x.new_zeros(n - x.numel() % n)]).view(n, -1).clone())"),
-        ),
-        (
-            "floor(N / n) elements per chunk, the remainder dropped",
-            _sub(_REDUCE_SCATTER,
-                 "size = math.ceil(x.numel() / n)\n"
-                 "chunks = list(torch.cat([x, x.new_zeros(n * size - x.numel())]).view(n, size).clone())",
-                 "size = x.numel() // n\nchunks = list(x[: n * size].view(n, size).clone())"),
-        ),
-        (
-            "send the next chunk, add into your own at every step (right for n = 2 only)",
-            """\
-size = math.ceil(x.numel() / n)
-chunks = list(torch.cat([x, x.new_zeros(n * size - x.numel())]).view(n, size).clone())
-for s in range(n - 1):
-    send(chunks[(rank + 1) % n])
-    chunks[rank] = chunks[rank] + recv()
-return chunks[rank]
-""",
-        ),
-        (
-            "the received chunk forwarded as it came, not the running sum",
-            """\
-size = math.ceil(x.numel() / n)
-chunks = list(torch.cat([x, x.new_zeros(n * size - x.numel())]).view(n, size).clone())
-outgoing = chunks[(rank - 1) % n]
-for s in range(n - 1):
-    send(outgoing)
-    into = (rank - s - 2) % n
-    outgoing = recv()
-    chunks[into] = chunks[into] + outgoing
-return chunks[rank]
-""",
-        ),
-        (
-            "chunks cut with split(1): every chunk, and the shard, a (1, size) row",
-            _sub(_REDUCE_SCATTER, ".view(n, size).clone())", ".view(n, size).clone().split(1))"),
         ),
     ],
     "ex4_flat_param": [
