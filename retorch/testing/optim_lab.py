@@ -341,7 +341,7 @@ def check_pack(cmp, pack_state_dict, opt):
     cmp.equal(
         positions(got["param_groups"]),
         positions(want["param_groups"]),
-        "packed param_groups' positions (Python ints)",
+        "packed param_groups' positions (Python ints, counting across the groups)",
         "positions count across all groups, as Python ints (what pickle and JSON keep)",
     )
     cmp.equal(
@@ -434,6 +434,23 @@ def check_state_dict(cmp, pack_state_dict, unpack_state_dict):
         "groups' parameters",
         "keep the current optimizer's parameter tensors",
     )
+    hint = (
+        "before anything else, compare the saved groups with the current ones: their number, "
+        "then each group's number of parameters; raise ValueError with torch's message"
+    )
+    ps = [torch.randn(n, requires_grad=True) for n in (3, 4, 5, 6)]
+    for layout in ([ps], [ps[:1], ps[1:]]):
+        other = torch.optim.Adam([{"params": g} for g in layout])
+        what = f"unpack into groups of {[len(g) for g in layout]} parameters (saved: [2, 2])"
+        try:
+            other.load_state_dict(want)
+        except ValueError as e:
+            message = str(e)
+        cmp.raises(lambda: unpack_state_dict(want, other.param_groups), ValueError, what, hint)
+        try:
+            unpack_state_dict(want, other.param_groups)
+        except ValueError as e:
+            cmp.equal(str(e), message, what + ": torch's message", hint)
 
 
 def check_cosine_lr(cmp, cosine_lr):

@@ -34,7 +34,16 @@ for group in param_groups:
 return {"state": {index[id(p)]: s for p, s in state.items()}, "param_groups": groups}
 """
 
-_UNPACK = """\
+_CHECK_GROUPS = """\
+saved_groups = state_dict["param_groups"]
+if len(saved_groups) != len(param_groups):
+    raise ValueError("loaded state dict has a different number of parameter groups")
+if any(len(g["params"]) != len(s["params"]) for g, s in zip(param_groups, saved_groups)):
+    raise ValueError("loaded state dict contains a parameter group that doesn't match the "
+                     "size of optimizer's group")
+"""
+
+_UNPACK = _CHECK_GROUPS + """\
 params = [p for group in param_groups for p in group["params"]]
 state = {}
 for i, saved in state_dict["state"].items():
@@ -570,5 +579,33 @@ WRONG["ex4_adamax_foreach"] = [
     (
         "no guard for a step where no parameter has a gradient (empty lists)",
         _ADAMAX.replace("if not params:\n    return\n", ""),
+    ),
+]
+
+# Exercise 5's unpack refuses groups that do not match, with torch's ValueError.
+WRONG["ex5_state_dict"] += [
+    (
+        "unpack checks nothing: zip stops at the shorter list of groups",
+        [None, _UNPACK.replace(_CHECK_GROUPS, "")],
+    ),
+    (
+        "unpack compares the number of groups only",
+        [None, _UNPACK.replace(_CHECK_GROUPS, _CHECK_GROUPS.split("if any(")[0])],
+    ),
+    (
+        "unpack compares the total number of parameters, not each group's",
+        [
+            None,
+            _UNPACK.replace(
+                'if any(len(g["params"]) != len(s["params"]) for g, s in zip(param_groups, '
+                "saved_groups)):",
+                'if sum(len(g["params"]) for g in param_groups) != '
+                'sum(len(s["params"]) for s in saved_groups):',
+            ),
+        ],
+    ),
+    (
+        "unpack raises RuntimeError, not torch's ValueError",
+        [None, _UNPACK.replace("raise ValueError(", "raise RuntimeError(")],
     ),
 ]
