@@ -73,7 +73,8 @@ def torch_rows_after(registrations, rows=ROWS, ns: str = "lab5order") -> list[st
     """What torch's table holds at each row after ``registrations``, made in that order: the
     registration key whose kernel a call redispatched to that row alone runs, ``"fallback"``
     when a backend fallback runs there instead (it hands the call to another row, which the
-    key set a kernel receives shows), ``"missing"`` when the call fails."""
+    key set a kernel receives shows, or fails there), ``"missing"`` when the call fails at
+    the row itself."""
     ran: list[tuple[str, str]] = []
 
     def kernel(name):
@@ -94,14 +95,24 @@ def torch_rows_after(registrations, rows=ROWS, ns: str = "lab5order") -> list[st
             ran.clear()
             try:
                 op.redispatch(torch._C.DispatchKeySet(getattr(D, row)), x)
-            except NotImplementedError:
-                out.append("missing")
+            except NotImplementedError as e:  # the row, or the row a fallback handed on to
+                out.append("missing" if _fails_at(str(e), row) else "fallback")
                 continue
             out.append(ran[0][0] if ran and ran[0][1] == row else "fallback")
     return out
 
 
+def _fails_at(message: str, row: str) -> bool:
+    """Whether torch's error says the call failed at ``row`` itself (its row is empty), not
+    at the row a backend fallback handed the call on to (an autograd fallback hands a call
+    made with one key to Undefined: "no tensor arguments"; Meta's fallback raises its own)."""
+    if row == "Undefined":
+        return "There were no tensor arguments" in message
+    return f"arguments from the '{row}' backend" in message
+
+
 ORDER_CASES = [
+    ["CPU"],
     ["CompositeImplicitAutograd", "CompositeExplicitAutograd"],
     ["CompositeImplicitAutograd", "Autograd", "CompositeExplicitAutograd"],
     ["CompositeImplicitAutograd", "Autograd", "CompositeExplicitAutogradNonFunctional"],
