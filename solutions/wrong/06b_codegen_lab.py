@@ -105,6 +105,22 @@ WRONG = {
             "n, rows = math.prod(outer + inner), math.prod(kernel.outer)\n"
             "return n in (rows, rows * math.prod(kernel.inner))\n",
         ),
+        (
+            "hard-coded from the check's visible input: pointwise fits when it spans 64 rows",
+            _sub(_FITS, "return outer in (kernel.outer, kernel.outer + kernel.inner)",
+                 "return outer in ((64,), (64, 128)) and outer[:1] == kernel.outer[:1]"),
+        ),
+        (
+            "a pointwise buffer over the kernel's loops transposed fits too (128 x 64 in 64 x 128)",
+            _sub(_FITS, "return outer in (kernel.outer, kernel.outer + kernel.inner)",
+                 "return outer in (kernel.outer, kernel.outer + kernel.inner) or sorted(outer)"
+                 " == sorted(kernel.outer + kernel.inner)"),
+        ),
+        (
+            "sizes of 1 dropped only from the buffer, the kernel's loops compared as they are",
+            _sub(_FITS, "outer, inner = loops_of(node)",
+                 "outer, inner = loops_of(node)\nif not kernel.outer:\n    return False"),
+        ),
     ],
     "ex2_relu": [
         (
@@ -163,6 +179,20 @@ WRONG = {
             "zero = type(self).ZERO\n"
             'return self.emit(f"{zero} if {x} < {zero} else {x}", x.dtype)\n',
         ),
+        (
+            "the zero written as the literal 0.0 (an int64 x becomes a float64 variable)",
+            'return self.emit(f"0.0 if {x} < 0.0 else {x}", x.dtype)\n',
+        ),
+        (
+            "x cast to float before comparing (np.float64(x)): int64 beyond 2**53 rounded",
+            _sub(_RELU, 'f"{zero} if {x} < {zero} else {x}"',
+                 'f"{zero} if np.float64({x}) < {zero} else np.float64({x})"'),
+        ),
+        (
+            "the variable's dtype declared as the constant's, a Python float",
+            "zero = self.constant(0, x.dtype)\n"
+            'return self.emit(f"{zero} if {x} < {zero} else {x}", torch.float64)\n',
+        ),
     ],
     "ex3_saved": [
         (
@@ -207,6 +237,25 @@ WRONG = {
         (
             "the names collected in a set (order lost, by hash)",
             _sub(_SAVED, "return saved", "return list(set(saved))"),
+        ),
+        (
+            "an input whose gradient is None (it needs none) never saved",
+            _sub(_SAVED, "for n in forward:\n",
+                 "grads = list(joint.graph.output_node().args[0])[-len([p for p in forward\n"
+                 "    if p.name.startswith('primals')]):]\n"
+                 "no_grad = {f'primals_{i + 1}' for i, g in enumerate(grads) if g is None}\n"
+                 "for n in forward:\n    if n.name in no_grad:\n        continue\n"),
+        ),
+        (
+            "the forward ends at the last node before the first backward node",
+            _sub(_SAVED, "last = max(i for i, n in enumerate(nodes) if is_forward(n))",
+                 "last = next(i for i, n in enumerate(nodes) if not is_forward(n)"
+                 " and n.op == 'call_function') - 1"),
+        ),
+        (
+            "hard-coded from the visible example: the inputs and the tanh's detach",
+            "return [n.name for n in joint.graph.nodes\n"
+            "        if n.name.startswith('primals') or n.name.startswith('detach')]\n",
         ),
     ],
     "ex4_backend": [
@@ -262,6 +311,22 @@ WRONG = {
         (
             "a function that unpacks the list, not marked boxed",
             _sub(_COUNT, "return make_boxed_func(gm.forward)", "return lambda args: gm(*args)"),
+        ),
+        (
+            "nodes called with keyword arguments skipped",
+            _sub(_COUNT, "        COUNTS[kind][str(node.target)] += 1",
+                 "        if not node.kwargs:\n            COUNTS[kind][str(node.target)] += 1"),
+        ),
+        (
+            "only ops whose arguments are all tensors (nodes) counted",
+            _sub(_COUNT, "        COUNTS[kind][str(node.target)] += 1",
+                 "        if all(isinstance(a, torch.fx.Node) for a in node.args):\n"
+                 "            COUNTS[kind][str(node.target)] += 1"),
+        ),
+        (
+            "ops counted by their packet name without the namespace (mul.Tensor)",
+            _sub(_COUNT, "COUNTS[kind][str(node.target)]",
+                 "COUNTS[kind][str(node.target).removeprefix('aten.')]"),
         ),
     ],
 }
