@@ -212,8 +212,8 @@ def joint_graph_of(fn, *args):
     return seen["joint"], seen["saved"]
 
 
-def gelu(x):
-    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+def gelu_pow(x):
+    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x**3)))
 
 
 def saved_cases() -> dict:
@@ -223,7 +223,7 @@ def saved_cases() -> dict:
         return torch.randn(*s, generator=g).requires_grad_(grad)
 
     return {
-        "gelu": (gelu, [r(4)]),
+        "gelu": (gelu_pow, [r(4)]),
         "x * c": (lambda x, c: x * c, [r(4), r(4)]),
         "sin(x * c), c without grad": (lambda x, c: (x * c).sin(), [r(4), r(4, grad=False)]),
         "c.exp() * x.t(), c without grad, first":
@@ -259,7 +259,7 @@ def branchy(x):
     return y - 1
 
 
-def mlp(x, w):
+def relu_matmul(x, w):
     return torch.relu(x @ w).sum(-1)
 
 
@@ -278,7 +278,7 @@ def scaled_by_constant(x, w):
 
 
 def _args(fn, x, w):
-    return [x, w] if fn in (mlp, scaled_by_constant) else [x]
+    return [x, w] if fn in (relu_matmul, scaled_by_constant) else [x]
 
 
 def reference_counts(fn, args) -> dict:
@@ -323,9 +323,11 @@ def check_backend(cmp, counting_compiler, counting_backend, counts):
     cmp.equal(result, torch.full((2,), 2.0), "the compiled graph's output", hint)
     cmp.equal(dict(counts["forward"]), {"aten.mul.Tensor": 1}, "the counts for t * 2", hint)
     g = torch.Generator().manual_seed(0)
-    for fn in (branchy, mlp, norm, ramp, scaled_by_constant):
+    for fn in (branchy, relu_matmul, norm, ramp, scaled_by_constant):
         x = torch.randn(3, 4, generator=g, requires_grad=True)
-        w = torch.randn(4, 5 if fn is mlp else 4, generator=g, requires_grad=fn is mlp)
+        w = torch.randn(
+            4, 5 if fn is relu_matmul else 4, generator=g, requires_grad=fn is relu_matmul
+        )
         w = w[:3] if fn is scaled_by_constant else w
         expected = reference_counts(fn, _args(fn, x, w))
         counts["forward"].clear(), counts["backward"].clear()
