@@ -22,9 +22,11 @@
     points per inch gives its pixels in the PNG; times the rendered width over the PNG's width
     gives CSS pixels on the page;
   - any other raster image is reported as not checked.
+* Torch source addresses printed in outputs are links (``_static/torch_links.js`` makes them).
 * The page's Chinese text (glossary, route names) renders with a CJK font, not as boxes.
 
     python tools/check_html.py _build/html
+    python tools/check_html.py _build/html notebooks/04_tensor labs/04_tensor_lab  # those only
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ const main = document.querySelector('main') || document.body;
 for (const el of main.querySelectorAll('*')) {
   const box = el.getBoundingClientRect();
   if (box.width === 0 || box.right <= vw + 1 || scrolls(el)) continue;
+  // A drawer the theme keeps hidden off screen (the phone's sidebars) is not what a reader sees.
+  if (!el.checkVisibility({visibilityProperty: true, opacityProperty: true})) continue;
   if (out.some(o => o.el.contains(el))) continue;
   const what = el.tagName.toLowerCase() + (el.className && el.className.baseVal === undefined
       ? '.' + String(el.className).trim().split(/\\s+/)[0] : '');
@@ -220,6 +224,15 @@ def viewport(driver, width: int, height: int, mobile: bool) -> None:
     )
 
 
+#: Output blocks that print torch source addresses but hold no link (_static/torch_links.js
+#: turns them into links to github.com/pytorch/pytorch at the pinned tag).
+UNLINKED_SOURCES = """
+return Array.from(document.querySelectorAll('article div.cell_output pre'))
+  .filter(pre => pre.textContent.includes('pytorch/pytorch/blob/') &&
+                 !pre.querySelector('a.torch-source'))
+  .map(pre => pre.textContent.trim().split('\\n')[0].slice(0, 80));
+"""
+
 IMAGES_LOADED = """
 return Array.from(document.querySelectorAll('article img')).map(
   img => [img.getAttribute('src'), img.complete && img.naturalWidth > 0]);
@@ -261,7 +274,8 @@ def load(driver, page: Path) -> None:
     )
 
 
-def main(root: str) -> int:
+def main(root: str, only: list[str] | None = None) -> int:
+    """Check the book built in ``root``; ``only``: just these pages (``notebooks/04_tensor``)."""
     html = Path(root).resolve()
     problems, report = [], []
     chapters = sorted(p for p in (html / "notebooks").glob("*.html"))
@@ -291,6 +305,8 @@ def main(root: str) -> int:
                     problems.append(f"home page has no link to {page.name}")
             report.append(f"home page: '{title}', {len(links)} navigation links")
             for page in chapters + labs + books:
+                if only and not any(page.as_posix().endswith(f"{o}.html") for o in only):
+                    continue
                 name = f"{page.parent.name}/{page.name}"
                 notes = []
                 for width, (w, h, mobile) in WIDTHS.items():
@@ -308,6 +324,10 @@ def main(root: str) -> int:
                     notes.append(f"{width}: {checked} figures' text checked, {unchecked} not")
                     if width != "1400 px":
                         continue
+                    problems += [
+                        f"{name}: torch source printed without links: {o}"
+                        for o in driver.execute_script(UNLINKED_SOURCES)
+                    ]
                     overflows = driver.execute_script(OVERFLOWS)
                     problems += [f"{name}: overflows: {o}" for o in overflows]
                     if page in books:
@@ -344,4 +364,4 @@ def main(root: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "_build/html"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "_build/html", sys.argv[2:]))
