@@ -113,24 +113,6 @@ WRONG = {
             _ADAM.replace("addcmul_(grad, grad, value=1 - beta2)", "add_(grad, alpha=1 - beta2)"),
         ),
     ],
-    "ex3_adamw_step": [
-        (
-            "weight decay the Adam way: added to the gradient",
-            "adam_step(p, grad + weight_decay * p, m, v, t, lr, beta1, beta2, eps)",
-        ),
-        (
-            "decay applied after the Adam update instead of before",
-            "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)\np.mul_(1 - lr * weight_decay)",
-        ),
-        (
-            "decay not scaled by the learning rate",
-            "p.mul_(1 - weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-        ),
-        (
-            "decay subtracted from the update direction (L2 through the moments)",
-            "grad.add_(p, alpha=weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-        ),
-    ],
     "ex5_state_dict": [
         (
             "positions restart at 0 in every group",
@@ -281,28 +263,6 @@ WRONG["ex2_adam_step"] += [
     ),
 ]
 
-WRONG["ex3_adamw_step"] += [
-    (
-        "decay scaled by the bias-corrected step size",
-        "p.mul_(1 - lr / (1 - beta1**t) * weight_decay)\n"
-        "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-    ),
-    (
-        "decay uses Adam's default lr (1e-3) instead of the lr given",
-        "p.mul_(1 - 1e-3 * weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-    ),
-    (
-        "decay skipped at the first step (no moments yet)",
-        "if t > 1:\n    p.mul_(1 - lr * weight_decay)\n"
-        "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-    ),
-    (
-        "both decoupled decay and L2 in the gradient",
-        "p.mul_(1 - lr * weight_decay)\n"
-        "adam_step(p, grad + weight_decay * p, m, v, t, lr, beta1, beta2, eps)",
-    ),
-]
-
 WRONG["ex5_state_dict"] += [
     (
         "unpack converts 'step' to the parameter's dtype too",
@@ -409,26 +369,6 @@ WRONG["ex2_adam_step"] += [
     (
         "works on flattened views (p.view(-1)), which a transposed parameter does not allow",
         "p, grad, m, v = p.view(-1), grad.view(-1), m.view(-1), v.view(-1)\n" + _ADAM,
-    ),
-]
-
-WRONG["ex3_adamw_step"] += [
-    (
-        "Adam called with its default betas and eps instead of those given",
-        "p.mul_(1 - lr * weight_decay)\nadam_step(p, grad, m, v, t, lr, 0.9, 0.999, 1e-8)",
-    ),
-    (
-        "the decay applied through p.data, which the version counter does not see",
-        "p.data.mul_(1 - lr * weight_decay)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-    ),
-    (
-        "the decay factor copied from the visible example (1 - 0.05 * 0.5)",
-        "p.mul_(1 - 0.05 * 0.5)\nadam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
-    ),
-    (
-        "the decay factor made a float32 tensor (torch.tensor), rounded for float64 parameters",
-        "p.mul_(torch.tensor(1 - lr * weight_decay))\n"
-        "adam_step(p, grad, m, v, t, lr, beta1, beta2, eps)",
     ),
 ]
 
@@ -607,5 +547,68 @@ WRONG["ex5_state_dict"] += [
     (
         "unpack raises RuntimeError, not torch's ValueError",
         [None, _UNPACK.replace("raise ValueError(", "raise RuntimeError(")],
+    ),
+]
+
+# Exercise 3 is RAdam with AdamW's decoupled decay (it was AdamW, whose one line chapter 2 prints).
+_RADAMW = """\
+p.mul_(1 - lr * weight_decay)
+m.mul_(beta1).add_(grad, alpha=1 - beta1)
+v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+m_hat = m / (1 - beta1**t)
+rho_inf = 2 / (1 - beta2) - 1
+rho = rho_inf - 2 * t * beta2**t / (1 - beta2**t)
+if rho > 5:
+    r = math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
+    p.sub_(lr * r * m_hat * math.sqrt(1 - beta2**t) / (v.sqrt() + eps))
+else:
+    p.sub_(lr * m_hat)
+"""
+_DECAY = "p.mul_(1 - lr * weight_decay)\n"
+
+WRONG["ex3_radamw_step"] = [
+    (
+        "weight decay the Adam way: added to the gradient",
+        _RADAMW.replace(_DECAY, "grad = grad + weight_decay * p\n"),
+    ),
+    (
+        "decay applied after the update instead of before",
+        _RADAMW.replace(_DECAY, "") + _DECAY,
+    ),
+    ("decay not scaled by the learning rate", _RADAMW.replace("1 - lr * weight_decay", "1 - weight_decay")),
+    (
+        "decay skipped while RAdam steps like SGD (rho <= 5)",
+        _RADAMW.replace(_DECAY, "").replace("if rho > 5:\n", "if rho > 5:\n    " + _DECAY),
+    ),
+    (
+        "decay factor made a float32 tensor (torch.tensor), rounded for float64 parameters",
+        _RADAMW.replace("p.mul_(1 - lr * weight_decay)", "p.mul_(torch.tensor(1 - lr * weight_decay))"),
+    ),
+    (
+        "eps added to the bias-corrected sqrt(v), as Adam does",
+        _RADAMW.replace(
+            "math.sqrt(1 - beta2**t) / (v.sqrt() + eps)", "1 / ((v / (1 - beta2**t)).sqrt() + eps)"
+        ),
+    ),
+    ("rectification from rho >= 4 instead of rho > 5", _RADAMW.replace("if rho > 5:", "if rho > 4:")),
+    (
+        "no SGD phase: the rectified step from the first step (r of a small rho is nan)",
+        _RADAMW.replace("if rho > 5:", "if True:"),
+    ),
+    (
+        "the SGD phase steps along m, without its bias correction",
+        _RADAMW.replace("    p.sub_(lr * m_hat)\n", "    p.sub_(lr * m)\n"),
+    ),
+    (
+        "rho_t without the factor t (2 * beta2**t / (1 - beta2**t))",
+        _RADAMW.replace("2 * t * beta2**t", "2 * beta2**t"),
+    ),
+    (
+        "r_t without the square root",
+        _RADAMW.replace("r = math.sqrt(", "r = (").replace("* rho))", "* rho))"),
+    ),
+    (
+        "betas hard-coded as the defaults (0.9, 0.999), the values of the first case",
+        _RADAMW.replace("beta1", "0.9").replace("beta2", "0.999"),
     ),
 ]
