@@ -165,6 +165,62 @@ def check_view_strides(cmp, view_strides):
                 check_int_tuple(cmp, got, f"view_strides for {what}")
 
 
+def view_dtype_cases():
+    """(tensor, dtype to view it as): every rule of ``view_dtype`` (``TensorConversions.cpp``)
+    on a layout where the usual mistakes give another answer."""
+    b = torch.arange(240, dtype=torch.float32)
+    f16, f64, i8, c128 = torch.float16, torch.float64, torch.int8, torch.complex128
+    return [
+        (b.view(4, 60), f16), (b.view(4, 60), f64), (b.view(4, 60)[:, 2:], f64),
+        (b.view(6, 40)[::2, 4:10], i8), (b.view(6, 40)[1:, :6], f64),
+        (b.view(6, 5, 8)[:, 1:3], f64), (b.view(60, 4)[:, :1], f16),
+        (b.view(2, 120).expand(3, 2, 120), f16), (b.view(2, 120)[:, :0], f64),
+        (b.view(3, 80).t()[:, 1:], torch.int32), (b[3], torch.int32),
+        (b.view(6, 40)[1:5, 8:16], c128), (b.view(4, 60)[:, 1:3], torch.bfloat16),
+        # refused: the last dim not contiguous, sizes, strides or offset not divisible, 0-d
+        (b.view(4, 60).t(), f16), (b.view(8, 30)[:, ::2][:, :14], f64),
+        (b.view(4, 60)[:, 1:], f64), (b.as_strided((4, 2), (60, 1), 3), f64),
+        (torch.arange(244.0).view(4, 61)[:, :2], f64), (b.as_strided((4, 1), (60, 60)), f16),
+        (b[3], f64), (b.view(5, 48)[:, 6:12].view(5, 3, 2), c128),
+    ]  # fmt: skip
+
+
+def check_view_dtype(cmp, view_dtype_meta):
+    hint = (
+        "same element size: nothing changes. Smaller (ratio r = old // new): the last dim "
+        "must have stride 1; it gets r times the elements, every other stride and the "
+        "offset are multiplied by r. Larger (r = new // old): the last stride must be 1, "
+        "and the last size, every other stride and the offset must divide by r (else "
+        "RuntimeError); then they are divided by r, with //. A 0-d tensor cannot change "
+        "element size"
+    )
+    for t, dtype in view_dtype_cases():
+        old, new = t.element_size(), torch.empty(0, dtype=dtype).element_size()
+        what = (
+            f"sizes {tuple(t.shape)}, strides {t.stride()}, offset {t.storage_offset()}, "
+            f"{t.dtype} ({old} bytes) viewed as {dtype} ({new} bytes)"
+        )
+        try:
+            want = meta(t.view(dtype))
+        except RuntimeError:
+            cmp.raises(
+                lambda: view_dtype_meta(*meta(t), old, new),
+                RuntimeError,
+                what + " (torch raises RuntimeError)",
+                hint,
+            )
+            continue
+        got = cmp.call(lambda: view_dtype_meta(*meta(t), old, new), what + ": ran", hint)
+        cmp.equal(got, want, what, hint)
+        check_int_tuple(cmp, got[1], f"the strides view_dtype_meta returns for {what}")
+        cmp.equal(
+            type(got[2]).__name__,
+            "int",
+            f"the type of the offset for {what}",
+            "the offset is an int: divide with //",
+        )
+
+
 # ---- exercise 4 -------------------------------------------------------------------------------
 def strided_add(a, b, infer_size, broadcast_strides):
     """a + b by a loop that reads both operands through the student's broadcast_strides."""

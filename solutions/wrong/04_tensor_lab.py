@@ -42,26 +42,24 @@ new_strides = tuple(strides[d] for d in rest) + (strides[dim1] + strides[dim2],)
 return new_sizes, new_strides, offset + start if length else offset
 """
 
-_VIEW = """\
+_VD = """\
+if itemsize == new_itemsize:
+    return tuple(sizes), tuple(strides), offset
 if len(sizes) == 0:
-    return (1,) * len(new_shape)
-new_strides = [0] * len(new_shape)
-view_d = len(new_shape) - 1
-chunk_base_stride = strides[-1]
-tensor_numel = view_numel = 1
-for d in range(len(sizes) - 1, -1, -1):
-    tensor_numel *= sizes[d]
-    if d == 0 or (sizes[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_base_stride):
-        while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-            new_strides[view_d] = view_numel * chunk_base_stride
-            view_numel *= new_shape[view_d]
-            view_d -= 1
-        if view_numel != tensor_numel:
-            return None
-        if d > 0:
-            chunk_base_stride = strides[d - 1]
-            tensor_numel = view_numel = 1
-return tuple(new_strides) if view_d == -1 else None
+    raise RuntimeError("a 0-d tensor cannot be viewed with another element size")
+if strides[-1] != 1:
+    raise RuntimeError(f"the last dim must have stride 1, not {strides[-1]}")
+if itemsize > new_itemsize:
+    r = itemsize // new_itemsize
+    new_sizes = (*sizes[:-1], sizes[-1] * r)
+    new_strides = (*(s * r for s in strides[:-1]), 1)
+    return new_sizes, new_strides, offset * r
+r = new_itemsize // itemsize
+if sizes[-1] % r or offset % r or any(s % r for s in strides[:-1]):
+    raise RuntimeError(f"the last size, the offset and every stride must divide by {r}")
+new_sizes = (*sizes[:-1], sizes[-1] // r)
+new_strides = (*(s // r for s in strides[:-1]), 1)
+return new_sizes, new_strides, offset // r
 """
 
 _INFER = """\
@@ -257,73 +255,56 @@ return tuple(reversed(strides))
             [None, _DIAG.replace("if dim1 == dim2:", "if False:")],
         ),
     ],
-    "ex3_view_strides": [
+    "ex3_view_dtype": [
         (
-            "only contiguous tensors can be viewed (None for anything else)",
-            """\
-expect, step = [], 1
-for n in reversed(sizes):
-    expect.append(step)
-    step *= n
-if tuple(reversed(expect)) != tuple(strides):
-    return None
-out, step = [], 1
-for n in reversed(new_shape):
-    out.append(step)
-    step *= n
-return tuple(reversed(out))
-""",
+            "the offset kept as it was",
+            _VD.replace("offset * r", "offset").replace("offset // r", "offset"),
         ),
         (
-            "always contiguous strides for the new shape, never None",
-            """\
-out, step = [], 1
-for n in reversed(new_shape):
-    out.append(step)
-    step *= n
-return tuple(reversed(out))
-""",
-        ),
-        (
-            "chunks split wherever a stride differs, ignoring that size-1 dims fit anywhere",
-            _VIEW.replace(
-                "(sizes[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_base_stride)",
-                "strides[d - 1] != tensor_numel * chunk_base_stride",
+            "only the last dim rescaled: the other strides kept in old elements",
+            _VD.replace("(*(s * r for s in strides[:-1]), 1)", "tuple(strides)").replace(
+                "(*(s // r for s in strides[:-1]), 1)", "tuple(strides)"
             ),
         ),
         (
-            "a new dim's stride from the old dim's stride only, not the chunk's base",
-            _VIEW.replace(
-                "new_strides[view_d] = view_numel * chunk_base_stride",
-                "new_strides[view_d] = view_numel * strides[d]",
+            "every stride rescaled, the last one too",
+            _VD.replace("(*(s * r for s in strides[:-1]), 1)", "tuple(s * r for s in strides)"),
+        ),
+        (
+            "no divisibility checks: sizes and strides floored",
+            _VD.replace(
+                "if sizes[-1] % r or offset % r or any(s % r for s in strides[:-1]):", "if False:"
             ),
         ),
         (
-            "a 0-d tensor viewed gets no strides at all",
-            _VIEW.replace("return (1,) * len(new_shape)", "return ()"),
+            "only the last size checked for divisibility (offset and strides not)",
+            _VD.replace(" or offset % r or any(s % r for s in strides[:-1])", ""),
         ),
         (
-            "no special case for a 0-d tensor (strides[-1] of an empty tuple)",
-            _VIEW.replace("if len(sizes) == 0:\n    return (1,) * len(new_shape)\n", ""),
-        ),
-        (
-            "a list returned instead of a tuple",
-            _VIEW.replace("return tuple(new_strides) if", "return list(new_strides) if"),
-        ),
-        (
-            "chunks tested with the outer dim's size (s[k-1] == n[k-1] * s[k])",
-            _VIEW.replace(
-                "strides[d - 1] != tensor_numel * chunk_base_stride",
-                "strides[d - 1] != sizes[d - 1] * strides[d]",
+            "divided with / (floats where ints are required)",
+            _VD.replace("sizes[-1] // r", "sizes[-1] / r").replace("s // r", "s / r").replace(
+                "offset // r", "offset / r"
             ),
         ),
         (
-            "the next chunk's base stride taken from the dim just finished (off by one dim)",
-            _VIEW.replace("chunk_base_stride = strides[d - 1]", "chunk_base_stride = strides[d]"),
+            "a 0-d tensor rescaled like any other (no error)",
+            _VD.replace(
+                'raise RuntimeError("a 0-d tensor cannot be viewed with another element size")',
+                "return (), (), offset * itemsize // new_itemsize",
+            ),
         ),
         (
-            "size-1 new dims at a chunk's end left for the next chunk",
-            _VIEW.replace(" or new_shape[view_d] == 1)", ")"),
+            "the last stride not checked: a transposed tensor accepted",
+            _VD.replace("if strides[-1] != 1:", "if False:"),
+        ),
+        (
+            "the ratio of a smaller element hard-coded as 2 (float32 as float16 only)",
+            _VD.replace("r = itemsize // new_itemsize", "r = 2"),
+        ),
+        (
+            "sizes returned as a list",
+            _VD.replace("new_sizes = (*sizes[:-1], sizes[-1] * r)",
+                        "new_sizes = [*sizes[:-1], sizes[-1] * r]"),
         ),
     ],
     "ex4_broadcast": [
