@@ -229,7 +229,7 @@ def higher_is_better(result: dict) -> bool:
     return bool(stated)
 
 
-def _torch_note(data: dict) -> str:
+def torch_note(data: dict) -> str:
     """Empty when ``data`` was measured with the torch installed here, else a warning."""
     measured = data.get("versions", {}).get("torch", "?")
     if measured.split("+")[0] == torch.__version__.split("+")[0]:
@@ -272,7 +272,7 @@ def relative_to_best(data: dict) -> dict[str, dict[str, float]]:
 def _where(data: dict) -> str:
     where = f"{data['device']} (host: {data['machine']})" if data.get("device") else data["machine"]
     torch_version = data.get("versions", {}).get("torch", "?")
-    note = _torch_note(data)
+    note = torch_note(data)
     return f"Measured on {where} at commit `{data.get('commit', '?')}` (torch {torch_version}" + (
         f"; **{note}**)" if note else ")"
     )
@@ -349,7 +349,7 @@ def plot_bench(
     if data.get("log", True) if log is None else log:
         (ax.set_xscale if horizontal else ax.set_yscale)("log")
     where = data["device"] if data.get("device") else data["machine"]
-    note = _torch_note(data)
+    note = torch_note(data)
     ax.set_title(
         f"{data['title']}\n{where}, measured at commit {data.get('commit', '?')}"
         + (f"\n{note}" if note else ""),
