@@ -32,8 +32,10 @@ def _data(rank: int, numel: int, dtype: torch.dtype, salt: int) -> torch.Tensor:
 
 def _agree(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[bool, float]:
     diff = (ours.double() - theirs.double()).abs().max().item() if ours.numel() else 0.0
+    if ours.dtype != theirs.dtype or ours.shape != theirs.shape:
+        return False, diff  # torch.equal alone would take int32 for int64
     if ours.dtype.is_floating_point:
-        return ours.shape == theirs.shape and diff <= FLOAT_ATOL, diff
+        return diff <= FLOAT_ATOL, diff
     return torch.equal(ours, theirs), diff
 
 

@@ -53,12 +53,15 @@ def _batch(step: int, rank: int):
 
 
 def _max_diff(a, b) -> float:
-    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+    return max(
+        (p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
 
 
 def _close(a, b) -> bool:
     return all(
-        torch.allclose(p, q, atol=ATOL, rtol=RTOL) for p, q in zip(a.parameters(), b.parameters())
+        torch.allclose(p, q, atol=ATOL, rtol=RTOL)
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
     )
 
 
@@ -113,7 +116,11 @@ def test_ddp_trains_as_torch_ddp_for_20_steps(world_size):
     for rank, res in enumerate(results):
         assert res["broadcast_ok"], f"rank {rank} did not start from rank 0's parameters"
         assert len(res["diffs"]) == len(res["agree"]) == len(res["buckets"]) == 20
-        bad = [(s, d) for s, (d, ok) in enumerate(zip(res["diffs"], res["agree"])) if not ok]
+        bad = [
+            (s, d)
+            for s, (d, ok) in enumerate(zip(res["diffs"], res["agree"], strict=True))
+            if not ok
+        ]
         assert not bad, f"rank {rank}: (step, max |ours - torch|) beyond tolerance: {bad}"
         assert res["replicas_equal"]
         # The buckets each reducer held after every backward: torch's read from its C++ reducer.
@@ -202,7 +209,7 @@ def _unused_parameters(rank: int, world: int) -> dict:
     for model in (ours, theirs):
         model(x, use_b).sum().backward()
     grads = {}
-    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
         grads[name] = (
             p.grad is None,
             q.grad is None,

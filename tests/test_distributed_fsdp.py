@@ -78,12 +78,20 @@ def _sharded_training(rank: int, world: int, steps: int) -> dict:
         full = fsdp.full_parameters(units)
         ref = _unit_order(single)
         tfull = [p.full_tensor() for p in _unit_order(theirs)]
-        vs_single.append(all(torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, ref)))
-        vs_torch.append(
-            all(torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, tfull))
+        vs_single.append(
+            all(torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, ref, strict=True))
         )
-        max_single = max(max_single, max((a - b).abs().max().item() for a, b in zip(full, ref)))
-        max_torch = max(max_torch, max((a - b).abs().max().item() for a, b in zip(full, tfull)))
+        vs_torch.append(
+            all(
+                torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, tfull, strict=True)
+            )
+        )
+        max_single = max(
+            max_single, max((a - b).abs().max().item() for a, b in zip(full, ref, strict=True))
+        )
+        max_torch = max(
+            max_torch, max((a - b).abs().max().item() for a, b in zip(full, tfull, strict=True))
+        )
     # Memory held per rank at rest (after an Adam step, gradients kept): sharded against DDP.
     adam = ro.Adam(ours.parameters(), lr=1e-2)
     with count_bytes() as sent:  # one forward and backward: what a step costs in messages
