@@ -137,7 +137,7 @@ execute: setup
 
 bench: setup
 	$(PY) tools/bench.py
-	$(PY) tools/execute.py $$(grep -l "plot_bench" $(NOTEBOOKS) /dev/null)
+	$(PY) tools/execute.py $$(grep -lE "plot_bench|bench_summary|load_bench" $(NOTEBOOKS) /dev/null)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis
