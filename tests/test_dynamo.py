@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import retorch.dynamo as rd
 from retorch.dynamo.resume_execution import make_resume_function
+from retorch.dynamo.source import Frame
 from tests import test_dynamo_corpus as corpus
 
 # Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
@@ -257,8 +258,8 @@ def test_misuse_raises_clear_errors():
         rd.optimize(3)(corpus.straight)
     with pytest.raises(TypeError, match="Python function"):
         rd.optimize()(len)
-    with pytest.raises(NotImplementedError, match="dynamic=False"):
-        rd.compile(corpus.straight, dynamic=True)
+    with pytest.raises(TypeError, match="dynamic must be None"):
+        rd.compile(corpus.straight, dynamic="auto")
 
 
 def test_running_python_is_supported():
@@ -348,3 +349,59 @@ def test_a_with_block_sets_grad_mode_in_the_graph_and_restores_it(capsys):
         (False,),
         (True,),
     ]
+
+
+def scaled_by_length(x, y):
+    return x * corpus.SCALE + y.sum(0) * x.shape[0] + x.view(len(x), -1).sum(1, keepdim=True)
+
+
+SIZE_SEQUENCES = [(4, 5, 6, 1, 7), (3, 3, 8, 2, 9), (5, 1, 1, 6, 7)]
+
+
+@pytest.mark.parametrize("sizes", SIZE_SEQUENCES)
+def test_automatic_dynamic_recompiles_where_torch_does(sizes, monkeypatch):
+    """dynamic=None: static first; a size seen to change becomes a symbol (sizes 0 and 1
+    stay specialized); every call equals eager, and the graph count is torch's after each."""
+    monkeypatch.setattr(corpus, "SCALE", 2.5)
+    ours_cnt, theirs_cnt = rd.CompileCounter(), torch._dynamo.testing.CompileCounter()
+    ours = rd.optimize(ours_cnt)(scaled_by_length)
+    torch._dynamo.reset()
+    theirs = torch.compile(scaled_by_length, backend=theirs_cnt)
+    for n in sizes:
+        x, y = torch.randn(n, 3), torch.randn(2, 3)
+        want = scaled_by_length(x, y)
+        assert torch.equal(ours(x, y), want) and torch.equal(theirs(x, y), want), n
+        assert ours_cnt.frame_count == theirs_cnt.frame_count, n
+    torch._dynamo.reset()
+
+
+def test_a_dynamic_size_is_a_symbol_with_guards():
+    opt, y = rd.optimize()(scaled_by_length), torch.ones(2, 3)
+    opt(torch.ones(4, 3), y)
+    opt(torch.ones(5, 3), y)
+    guards = [str(g) for g in opt.cache[0][0]]
+    assert (
+        "TENSOR_MATCH: L['x'] Tensor float32 cpu [None, 3] stride=(3, 1) requires_grad=False"
+        in guards
+    )
+    assert "SHAPE_ENV: s0: 2 <= L['x'].size()[0]" in guards
+
+    def check(x):
+        return opt.cache[0][0].check_verbose(Frame({"x": x, "y": y}, scaled_by_length.__globals__))
+
+    assert check(torch.ones(60, 3)) is None
+    assert check(torch.ones(1, 3)) == "SHAPE_ENV: s0: 2 <= L['x'].size()[0]"  # 1 is specialized
+    assert check(torch.ones(6, 4)).startswith("TENSOR_MATCH: L['x']")
+
+
+def test_duck_sizing_guards_equal_sizes_equal():
+    def add(x, y):
+        return x + y
+
+    opt = rd.optimize(dynamic=True)(add)
+    opt(torch.ones(3), torch.ones(3))
+    assert "SHAPE_ENV: s0: 2 <= L['x'].size()[0], L['y'].size()[0] == L['x'].size()[0]" in [
+        str(g) for g in opt.cache[0][0]
+    ]
+    assert torch.equal(opt(torch.ones(5), torch.ones(1)), torch.full((5,), 2.0))
+    assert opt.compile_count == 2  # (5,) + (1,) broadcasts: a new entry, not the duck-sized one

@@ -61,13 +61,14 @@ class Reconstructor:
             GradModeVariable,
             ListIteratorVariable,  # fmt: skip
             NestedUserFunctionVariable,
+            SymNodeVariable,
             TensorVariable,
             UserMethodVariable,
         )
 
         if id(vt) in self.memo:
             return self.memo[id(vt)]
-        if isinstance(vt, TensorVariable):
+        if isinstance(vt, (TensorVariable, SymNodeVariable)):
             return self.values[vt.proxy.node]
         if isinstance(vt, ConstantVariable):
             return vt.value
@@ -250,7 +251,7 @@ def _plan_resume(tx, inst, err, ctx, fn) -> tuple[str, dict]:
 def compile_frame(opt_fn, frame, ctx) -> tuple[GuardManager, CompiledFrame]:
     """Translate the frame of `opt_fn.fn` bound to `frame`; compile; the new cache entry."""
     fn = opt_fn.fn
-    output = OutputGraph()
+    output = OutputGraph(ctx.dynamic, ctx.frame_state)
     tx = InstructionTranslator(fn, frame, output)
     inst, err = tx.run()
     if err is not None and tx.with_stack:
@@ -259,11 +260,12 @@ def compile_frame(opt_fn, frame, ctx) -> tuple[GuardManager, CompiledFrame]:
         # its resume function).
         offset, manager = tx.with_stack[0]
         torch._C._set_grad_enabled(manager.prior)
-        output = OutputGraph()
+        output = OutputGraph(ctx.dynamic, ctx.frame_state)
         tx = InstructionTranslator(fn, frame, output, stop_at=offset)
         tx.stop_reason = err.reason.splitlines()[0]
         inst, err = tx.run()
-    guards = GuardManager([*output.guards.values(), GRAD_MODE()])
+    guards = GuardManager([*output.guards.values(), *output.shape_env.produce_guards(),
+                           GRAD_MODE()])  # fmt: skip
     try:
         action, resume = _plan_resume(tx, inst, err, ctx, fn)
         kept = [tx.return_value] if err is None else [*tx.stack, *tx.symbolic_locals.values()]

@@ -42,7 +42,7 @@ BACKENDS = {"eager": _eager_backend}
 class CompileContext:
     """What one optimize() call shares with its resume functions: backend, records, resumes."""
 
-    def __init__(self, backend, dynamic=False):
+    def __init__(self, backend, dynamic=None):
         if isinstance(backend, str):
             if backend not in BACKENDS:
                 raise ValueError(f"unknown backend {backend!r}: use one of {sorted(BACKENDS)} or "
@@ -50,9 +50,10 @@ class CompileContext:
             backend = BACKENDS[backend]
         if not callable(backend):
             raise TypeError(f"backend must be a string or a callable, not {type(backend).__name__}")
-        if dynamic:
-            raise NotImplementedError("retorch.dynamo guards shapes statically: use dynamic=False")
-        self.backend = backend
+        if dynamic not in (None, True, False):
+            raise TypeError(f"dynamic must be None (automatic), True or False, not {dynamic!r}")
+        self.backend, self.dynamic = backend, dynamic
+        self.frame_state: dict = {}  # sizes seen per input source (torch: pgo.py frame state)
         self.graphs: list = []  # (GraphModule | None, GraphBreak | None, GuardManager, fn)
         self.skipped: list[str] = []
         self.recompiles: list[str] = []
@@ -128,8 +129,11 @@ def torch_nn_Module():
     return torch.nn.Module
 
 
-def optimize(backend="eager", *, dynamic=False):
-    """`optimize(backend)(fn)`: fn captured into graphs handed to `backend(gm, example_inputs)`."""
+def optimize(backend="eager", *, dynamic=None):
+    """`optimize(backend)(fn)`: fn captured into graphs handed to `backend(gm, example_inputs)`.
+
+    `dynamic`, as torch.compile's: None makes a size dynamic once it is seen to change (a
+    recompile), True makes every size dynamic from the start, False keeps them all static."""
     ctx_args = (backend, dynamic)
 
     def decorator(fn):
@@ -138,6 +142,6 @@ def optimize(backend="eager", *, dynamic=False):
     return decorator
 
 
-def compile(fn, *, backend="eager", dynamic=False):  # noqa: A001 - torch.compile's name
-    """`compile(fn, backend=...)`, as torch.compile; shapes are static (dynamic=False)."""
+def compile(fn, *, backend="eager", dynamic=None):  # noqa: A001 - torch.compile's name
+    """`compile(fn, backend=..., dynamic=...)`, as torch.compile."""
     return optimize(backend, dynamic=dynamic)(fn)

@@ -117,25 +117,43 @@ class DICT_KEYS_MATCH(Guard):
 
 
 class TENSOR_MATCH(Guard):
-    """Type, dtype, device, shape, stride and requires_grad, all static (dynamic=False)."""
+    """Type, dtype, device, shape, stride and requires_grad; a dynamic size (and a stride that
+    spans it) is None, not checked (symbolic_shapes.py guards it), as in torch's
+    `size=[None, 3]`."""
 
     kind = "TENSOR_MATCH"
 
-    def __init__(self, source, value: torch.Tensor):
+    def __init__(self, source, value: torch.Tensor, dynamic=None):
         super().__init__(source)
-        self.key = self._key(value)
+        dynamic = list(dynamic or [False] * value.dim())
+        sizes = [None if d else s for s, d in zip(value.shape, dynamic)]
+        # a stride that steps over a dynamic dimension depends on its size
+        strides = [None if any(d and j != i and value.stride(j) * value.shape[j] <= st
+                               for j, d in enumerate(dynamic)) else st
+                   for i, st in enumerate(value.stride())]  # fmt: skip
+        self.key = (type(value), value.dtype, value.device, value.requires_grad)
+        self.sizes, self.strides = sizes, strides
 
     @staticmethod
-    def _key(t):
-        return (type(t), t.dtype, t.device, t.shape, t.stride(), t.requires_grad)
+    def _matches(pattern, actual) -> bool:
+        return len(pattern) == len(actual) and all(
+            p is None or p == a for p, a in zip(pattern, actual)
+        )
 
     def check_value(self, value) -> bool:
-        return isinstance(value, torch.Tensor) and self._key(value) == self.key
+        return (
+            isinstance(value, torch.Tensor)
+            and (type(value), value.dtype, value.device, value.requires_grad) == self.key
+            and self._matches(self.sizes, value.shape)
+            and self._matches(self.strides, value.stride())
+        )
 
     def detail(self) -> str:
-        typ, dtype, device, shape, stride, rg = self.key
+        typ, dtype, device, rg = self.key
+        shape = tuple(self.sizes) if None not in self.sizes else self.sizes
+        stride = tuple(self.strides) if None not in self.strides else self.strides
         return (f"{typ.__name__} {str(dtype).removeprefix('torch.')} {device} "
-                f"{tuple(shape)} stride={stride} requires_grad={rg}")  # fmt: skip
+                f"{shape} stride={stride} requires_grad={rg}")  # fmt: skip
 
 
 class GRAD_MODE(Guard):
@@ -162,8 +180,11 @@ class GuardManager:
 
     def _failing(self, frame: Frame):
         for g in self.guards:
-            if g.source is None:
-                if not g.check(frame):
+            if g.source is None or getattr(g, "needs_frame", False):
+                try:
+                    if not g.check(frame):
+                        return g
+                except (KeyError, AttributeError, IndexError, TypeError, ValueError):
                     return g
                 continue
             try:

@@ -17,11 +17,14 @@ from ..fx import Graph, GraphModule
 from ..fx.proxy import GraphAppendingTracer, Proxy
 from .exc import unimplemented
 from .guards import TENSOR_MATCH, Guard
-from .variables import TensorVariable, VariableTracker
+from .symbolic_shapes import ShapeEnv, update_automatic_dynamic
+from .variables import SymNodeVariable, TensorVariable, VariableTracker
 
 
 class OutputGraph:
-    def __init__(self):
+    def __init__(self, dynamic=False, frame_state=None):
+        self.dynamic, self.frame_state = dynamic, {} if frame_state is None else frame_state
+        self.shape_env = ShapeEnv()
         self.graph = Graph()
         self.tracer = GraphAppendingTracer(self.graph)
         self.inputs: dict[str, TensorVariable] = {}  # source name -> its placeholder's variable
@@ -53,10 +56,18 @@ class OutputGraph:
             self._nodes.append(node)
             example = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
                                           device="meta", requires_grad=value.requires_grad)  # fmt: skip
-            self.inputs[key] = TensorVariable(Proxy(node, self.tracer), example, value.device,
-                                              type(value), source)  # fmt: skip
+            tv = TensorVariable(Proxy(node, self.tracer), example, value.device, type(value),
+                                source)  # fmt: skip
+            if self.dynamic is None:  # automatic: dynamic where a size was seen to change
+                dims = update_automatic_dynamic(self.frame_state, key, value.shape)
+            else:
+                dims = [bool(self.dynamic)] * value.dim()
+            syms = [self.shape_env.create_symbol(n, source, i) if d else None
+                    for i, (n, d) in enumerate(zip(value.shape, dims))]  # fmt: skip
+            tv.dynamic = any(sym is not None for sym in syms)
+            self.inputs[key] = tv
             self.input_sources[node] = source
-            self.add_guard(TENSOR_MATCH(source, value))
+            self.add_guard(TENSOR_MATCH(source, value, [sym is not None for sym in syms]))
         return self.inputs[key]
 
     def checkpoint(self) -> int:
@@ -80,7 +91,7 @@ class OutputGraph:
         outs, seen, todo = [], set(), list(live)
         while todo:
             vt = todo.pop()
-            if isinstance(vt, TensorVariable):
+            if isinstance(vt, (TensorVariable, SymNodeVariable)):
                 node = vt.proxy.node
                 if node.op != "placeholder" and node not in seen:
                     seen.add(node)

@@ -62,6 +62,7 @@ from .variables import (
     ListIteratorVariable,
     ListVariable,
     NestedUserFunctionVariable,
+    SymNodeVariable,
     TensorVariable,
     TupleVariable,
     VariableTracker,
@@ -290,7 +291,7 @@ class InstructionTranslatorBase:
                 return ConstantVariable(op(a.as_python_constant(), b.as_python_constant()))
             except Exception as e:
                 unimplemented(f"{op.__name__} on constants raised {type(e).__name__}")
-        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        if any(isinstance(v, (TensorVariable, SymNodeVariable)) for v in (a, b)):
             return wrap_fx_proxy(self, "call_function", op, [a, b], {})
         if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
             if op in (operator.add, operator.iadd) and type(a) is type(b):
@@ -381,7 +382,7 @@ class InstructionTranslatorBase:
         v = self.pop()
         if v.is_python_constant():
             self.push(ConstantVariable(op(v.as_python_constant())))
-        elif isinstance(v, TensorVariable):
+        elif isinstance(v, (TensorVariable, SymNodeVariable)):
             self.push(wrap_fx_proxy(self, "call_function", op, [v], {}))
         else:
             unimplemented(f"{op.__name__} of {v}")
@@ -594,8 +595,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             inst = self.instructions[self.ip]
             if inst.offset == self.stop_at:
                 return inst, Unsupported(
-                    "graph break inside a with block: it runs in Python "
-                    f"(inside: {self.stop_reason})",
+                    f"BEFORE_WITH: a graph break inside the block ({self.stop_reason}); "
+                    "it runs in Python",
                     "opcode",
                 )
             if self.in_try_block(inst.offset):

@@ -143,6 +143,8 @@ class ConstantVariable(VariableTracker):
 class TensorVariable(VariableTracker):
     """A tensor: an fx Proxy in the graph, a meta tensor for shapes, and its real device."""
 
+    dynamic = False  # depends on a dynamic size: its shape queries are recorded, not baked
+
     def __init__(self, proxy, example, device, cls=torch.Tensor, source=None):
         self.proxy, self._example, self.device, self.cls = proxy, example, device, cls
         self.source = source
@@ -163,6 +165,8 @@ class TensorVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in MUTABLE_ATTRS:
             unimplemented(f"Unsupported Tensor.{name} access: it can change under the same guards")
+        if name == "shape" and self.dynamic:
+            return self.call_method(tx, "size", [], {})
         if name in CONSTANT_ATTRS:
             return ConstantVariable(getattr(self._example, name))
         if name == "device":
@@ -192,6 +196,8 @@ class TensorVariable(VariableTracker):
     def unpack(self, tx):
         if self._example.dim() == 0:
             unimplemented("iteration over a 0-d tensor")
+        if self.dynamic:
+            unimplemented("iteration over a tensor whose length is symbolic")
         return [
             wrap_fx_proxy(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
             for i in range(self._example.shape[0])
@@ -199,6 +205,29 @@ class TensorVariable(VariableTracker):
 
     def truth(self):
         unimplemented("generic_jump TensorVariable()", kind="jump")  # data-dependent control flow
+
+
+class SymNodeVariable(VariableTracker):
+    """An int (or bool) that depends on a dynamic size: a node of the graph, with its value at
+    capture time as the hint (torch: SymNodeVariable over a SymInt)."""
+
+    def __init__(self, proxy, hint):
+        self.proxy, self.hint = proxy, hint
+
+    def __repr__(self):
+        return f"SymNodeVariable({self.proxy.node.name}, hint={self.hint})"
+
+    def python_type(self):
+        return type(self.hint)
+
+    def as_proxy(self):
+        return self.proxy
+
+    def example(self):
+        return self.hint
+
+    def truth(self):  # torch would guard on the hint; the rebuild lets Python decide
+        unimplemented("generic_jump on a symbolic size", kind="jump")
 
 
 class BaseListVariable(VariableTracker):
@@ -561,6 +590,8 @@ class BuiltinVariable(_ValueVariable):
             if isinstance(obj, TensorVariable):
                 if obj.example().dim() == 0:
                     unimplemented("len() of a 0-d tensor")
+                if obj.dynamic:
+                    return obj.call_method(tx, "size", [ConstantVariable(0)], {})
                 return ConstantVariable(obj.example().shape[0])
             return ConstantVariable(len(obj.unpack(tx)))
         if fn is isinstance and not kwargs:
@@ -602,7 +633,7 @@ class BuiltinVariable(_ValueVariable):
             return args[0].var_getattr(tx, args[1].as_python_constant())
         if fn is operator.getitem and isinstance(args[0], BaseListVariable):
             return args[0].getitem(tx, args[1])
-        if any(isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
+        if any(isinstance(a, (TensorVariable, SymNodeVariable)) for a in [*args, *kwargs.values()]):
             if getattr(fn, "__module__", None) in ("_operator", "operator"):
                 return wrap_fx_proxy(tx, "call_function", fn, args, kwargs)
             unimplemented(f"builtin `{name}` with tensor arguments")
@@ -852,20 +883,52 @@ def wrap_fx_proxy(tx, kind: str, target, args, kwargs) -> VariableTracker:
         unimplemented(f"{name}: cannot be run on meta tensors ({type(e).__name__}: {msg})")
     proxy = tx.output.create_proxy(kind, target, [a.as_proxy() for a in args],
                                    {k: v.as_proxy() for k, v in kwargs.items()})  # fmt: skip
-    return wrap_example(tx, proxy, example, device, kind, name)
+    dynamic = any(_is_dynamic(a) for a in [*args, *kwargs.values()])
+    return wrap_example(tx, proxy, example, device, kind, name, dynamic)
 
 
-def wrap_example(tx, proxy, example, device, kind="call_function", name=""):
+def _is_dynamic(v) -> bool:
+    if isinstance(v, SymNodeVariable):
+        return True
+    if isinstance(v, TensorVariable):
+        return v.dynamic
+    return isinstance(v, BaseListVariable) and any(_is_dynamic(i) for i in v.items)
+
+
+def _tensor(proxy, example, device, dynamic):
+    tv = TensorVariable(proxy, example, device)
+    tv.dynamic = dynamic
+    return tv
+
+
+def wrap_example(tx, proxy, example, device, kind="call_function", name="", dynamic=False):
     if isinstance(example, torch.Tensor):
-        return TensorVariable(proxy, example, device)
+        return _tensor(proxy, example, device, dynamic)
     if isinstance(example, (tuple, list)) and all(isinstance(e, torch.Tensor) for e in example):
         items = [
-            TensorVariable(
-                tx.output.create_proxy("call_function", operator.getitem, (proxy, i), {}), e, device
+            _tensor(
+                tx.output.create_proxy("call_function", operator.getitem, (proxy, i), {}),
+                e,
+                device,
+                dynamic,
             )  # fmt: skip
             for i, e in enumerate(example)
         ]
         return TupleVariable(items)
+    sized = kind == "call_function" or name in ("size", "numel", "nelement", "stride")
+    if dynamic and sized and isinstance(example, (int, float, bool)):  # a size, or arithmetic
+        return SymNodeVariable(proxy, example)
+    if (
+        dynamic
+        and sized
+        and isinstance(example, tuple)
+        and all(isinstance(e, int) for e in example)
+    ):
+        return TupleVariable([
+            SymNodeVariable(tx.output.create_proxy("call_function", operator.getitem, (proxy, i),
+                                                   {}), e)
+            for i, e in enumerate(example)
+        ])  # fmt: skip
     tx.output.remove_node(proxy.node)
     shape_query = kind == "call_method" and name in SHAPE_METHODS
     shape_query = shape_query or (kind == "call_function" and name in ("numel", "is_floating_point",
