@@ -247,10 +247,8 @@ WRONG = {
                  "for n in forward:\n    if n.name in no_grad:\n        continue\n"),
         ),
         (
-            "the forward ends at the last node before the first backward node",
-            _sub(_SAVED, "last = max(i for i, n in enumerate(nodes) if is_forward(n))",
-                 "last = next(i for i, n in enumerate(nodes) if not is_forward(n)"
-                 " and n.op == 'call_function') - 1"),
+            "the node with several results saved as well as its getitems",
+            _sub(_SAVED, "        continue\n", "        saved.append(n.name)\n        continue\n"),
         ),
         (
             "hard-coded from the visible example: the inputs and the tanh's detach",
