@@ -18,24 +18,19 @@ if backend == 0:
 return PER_BACKEND[functionality][1] + BACKENDS[backend - 1]
 """
 
-_TABLE = """\
-if key in registered:
-    return "kernel"
-for alias in ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd"):
-    if alias in registered and key in ALIAS_ROWS[alias]:
-        return "default backend kernel"
-cia = "CompositeImplicitAutograd"
-if cia in registered and key in ALIAS_ROWS[cia]:
-    if key == "AutogradOther" and registered & AUTOGRAD_BACKENDS["AutogradOther"]:
-        return "ambiguous autogradother"
-    own = registered & AUTOGRAD_BACKENDS.get(key, set())
-    if not own and "CompositeExplicitAutograd" not in registered:
-        return "math kernel"
-if "Autograd" in registered and key in ALIAS_ROWS["Autograd"]:
-    return "autograd kernel"
-if key in FALLBACK_ROWS:
-    return "backend fallback"
-return "missing"
+_ROWS = """\
+registered = set()
+table = {row: fresh_row(registered, row) for row in rows}
+for key in registrations:
+    registered.add(key)
+    changed = set(runtime_keys(key))
+    if key.startswith("Composite"):
+        changed.add("Undefined")
+    if autograd_key_of(key) is not None:
+        changed.add(autograd_key_of(key))
+    for row in changed & set(rows):
+        table[row] = fresh_row(registered, row)
+return [table[row] for row in rows]
 """
 
 _REACHED = """\
@@ -52,20 +47,27 @@ lib.define("scale(Tensor self, float factor) -> Tensor")
 lib.impl("scale", lambda self, factor: self * factor, "CPU")
 """
 
-_AUTOCAST = """\
-def eligible(dt):
-    return dt.is_floating_point and dt != torch.float64
-
-if op in policies["lower_precision_fp"]:
-    target = torch.bfloat16
-elif op in policies["fp32"]:
-    target = torch.float32
-elif op in policies["promote"]:
-    wide = any(eligible(dt) and dt == torch.float32 for dt in dtypes)
-    target = torch.float32 if wide else torch.bfloat16
+_MODES = """\
+autograd = bits("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor")
+included, excluded, inference = DEFAULT_INCLUDED, DEFAULT_EXCLUDED, False
+for name, args, kwargs in modes:
+    if name == "inference_mode":
+        inference = kwargs.get("mode", args[0] if args else True)
+        if inference:
+            included, excluded = included & ~bits("ADInplaceOrView"), excluded | autograd
+        else:
+            included, excluded = included | bits("ADInplaceOrView"), excluded & ~autograd
+    elif name == "autocast":
+        device_type = kwargs.get("device_type", args[0] if args else None)
+        key = bits("Autocast" + device_type.upper())
+        excluded = excluded & ~key if kwargs.get("enabled", True) else excluded | key
+if device == "cpu":
+    keys = bits("CPU", "ADInplaceOrView", "AutogradCPU", "AutocastCPU")
 else:
-    return list(dtypes)
-return [target if eligible(dt) else dt for dt in dtypes]
+    keys = bits("Meta", "ADInplaceOrView", "AutogradMeta")
+if inference:
+    keys &= ~(bits("ADInplaceOrView") | autograd)
+return included, excluded, keys
 """
 
 
@@ -108,65 +110,6 @@ WRONG = {
                 _HIGHEST,
                 'return "StartOf" + PER_BACKEND[functionality][0] + "Backends"',
                 'return "Undefined"',
-            ),
-        ),
-    ],
-    "ex2_table_entry": [
-        (
-            "CompositeImplicitAutograd before CompositeExplicitAutograd",
-            """\
-if key in registered:
-    return "kernel"
-cia = "CompositeImplicitAutograd"
-if cia in registered and key in ALIAS_ROWS[cia]:
-    if key == "AutogradOther" and registered & AUTOGRAD_BACKENDS["AutogradOther"]:
-        return "ambiguous autogradother"
-    if not registered & AUTOGRAD_BACKENDS.get(key, set()):
-        return "math kernel"
-for alias in ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd"):
-    if alias in registered and key in ALIAS_ROWS[alias]:
-        return "default backend kernel"
-if "Autograd" in registered and key in ALIAS_ROWS["Autograd"]:
-    return "autograd kernel"
-if key in FALLBACK_ROWS:
-    return "backend fallback"
-return "missing"
-""",
-        ),
-        (
-            "the math kernel wins even where the backend has its own kernel",
-            _sub(
-                _TABLE,
-                '    if not own and "CompositeExplicitAutograd" not in registered:\n'
-                '        return "math kernel"',
-                '    return "math kernel"',
-            ),
-        ),
-        (
-            "no ambiguous AutogradOther row",
-            _sub(
-                _TABLE,
-                '    if key == "AutogradOther" and registered & AUTOGRAD_BACKENDS["AutogradOther"]:\n'
-                '        return "ambiguous autogradother"\n',
-                "",
-            ),
-        ),
-        (
-            "the Autograd alias before the composites",
-            _sub(
-                _TABLE,
-                'if key in registered:\n    return "kernel"\n',
-                'if key in registered:\n    return "kernel"\n'
-                'if "Autograd" in registered and key in ALIAS_ROWS["Autograd"]:\n'
-                '    return "autograd kernel"\n',
-            ),
-        ),
-        (
-            "CompositeExplicitAutogradNonFunctional ignored",
-            _sub(
-                _TABLE,
-                '("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd")',
-                '("CompositeExplicitAutograd",)',
             ),
         ),
     ],
@@ -226,38 +169,6 @@ return "missing"
             _sub(_SCALE, "self * factor", "self + factor"),
         ),
     ],
-    "ex5_autocast_dtypes": [
-        (
-            "float64 inputs cast too",
-            _sub(_AUTOCAST, "dt.is_floating_point and dt != torch.float64", "dt.is_floating_point"),
-        ),
-        (
-            "integer inputs cast too",
-            _sub(_AUTOCAST, "dt.is_floating_point and dt != torch.float64", "dt != torch.float64"),
-        ),
-        (
-            "promote always lowers to bfloat16",
-            _sub(
-                _AUTOCAST,
-                "target = torch.float32 if wide else torch.bfloat16",
-                "target = torch.bfloat16",
-            ),
-        ),
-        (
-            "lower_precision_fp casts float32 only (float16 left as it is)",
-            _sub(
-                _AUTOCAST,
-                "return [target if eligible(dt) else dt for dt in dtypes]",
-                "if target == torch.bfloat16 and op in policies['lower_precision_fp']:\n"
-                "    return [target if dt == torch.float32 else dt for dt in dtypes]\n"
-                "return [target if eligible(dt) else dt for dt in dtypes]",
-            ),
-        ),
-        (
-            "fp32 ops left alone (only lower-precision ops cast)",
-            _sub(_AUTOCAST, "    target = torch.float32\nelif", "    return list(dtypes)\nelif"),
-        ),
-    ],
 }
 
 # New wrong answers (a second round of plausible student mistakes).
@@ -300,63 +211,6 @@ WRONG["ex1_highest_priority_key"] += [
             _HIGHEST,
             "return PER_BACKEND[functionality][1] + BACKENDS[backend - 1]",
             "return BACKENDS[backend - 1]",
-        ),
-    ),
-]
-
-WRONG["ex2_table_entry"] += [
-    (
-        "CompositeExplicitAutograd serves every row, autograd rows included",
-        _sub(
-            _TABLE,
-            '    if alias in registered and key in ALIAS_ROWS[alias]:\n'
-            '        return "default backend kernel"',
-            '    if alias in registered:\n        return "default backend kernel"',
-        ),
-    ),
-    (
-        "a CompositeExplicitAutogradNonFunctional kernel also keeps the math kernel away",
-        _sub(
-            _TABLE,
-            'if not own and "CompositeExplicitAutograd" not in registered:',
-            'if not own and not registered & {"CompositeExplicitAutograd",'
-            ' "CompositeExplicitAutogradNonFunctional"}:',
-        ),
-    ),
-    (
-        "the math kernel is kept away only by a kernel at the row itself",
-        _sub(
-            _TABLE,
-            'own = registered & AUTOGRAD_BACKENDS.get(key, set())',
-            'own = registered & {key}',
-        ),
-    ),
-    (
-        "any backend kernel anywhere keeps the math kernel away",
-        _sub(
-            _TABLE,
-            'own = registered & AUTOGRAD_BACKENDS.get(key, set())',
-            'own = registered - set(ALIASES)',
-        ),
-    ),
-    (
-        "the backend fallback before the Autograd alias",
-        _sub(
-            _TABLE,
-            'if "Autograd" in registered and key in ALIAS_ROWS["Autograd"]:\n'
-            '    return "autograd kernel"\n'
-            'if key in FALLBACK_ROWS:\n    return "backend fallback"\n',
-            'if key in FALLBACK_ROWS:\n    return "backend fallback"\n'
-            'if "Autograd" in registered and key in ALIAS_ROWS["Autograd"]:\n'
-            '    return "autograd kernel"\n',
-        ),
-    ),
-    (
-        "ambiguous at every autograd row whose backend has a kernel",
-        _sub(
-            _TABLE,
-            '    if key == "AutogradOther" and registered & AUTOGRAD_BACKENDS["AutogradOther"]:',
-            '    if registered & AUTOGRAD_BACKENDS.get(key, set()):',
         ),
     ),
 ]
@@ -440,47 +294,86 @@ WRONG["ex4_register_scale"] += [
     ),
 ]
 
-WRONG["ex5_autocast_dtypes"] += [
+WRONG["ex2_rows_after"] = [
     (
-        "lower_precision_fp casts to float16",
-        _sub(_AUTOCAST, "    target = torch.bfloat16\nelif", "    target = torch.float16\nelif"),
+        "every row recomputed at every registration (no stale rows)",
+        _sub(_ROWS, "for row in changed & set(rows):", "for row in rows:"),
     ),
     (
-        "promote counts a float64 input as wide",
+        "a backend registration does not refresh its autograd row",
+        _sub(_ROWS, "if autograd_key_of(key) is not None:", "if False:"),
+    ),
+    (
+        "the Composite aliases do not refresh Undefined",
+        _sub(_ROWS, 'if key.startswith("Composite"):', "if False:"),
+    ),
+    (
+        "device ignored: only CPU's autograd row refreshed (Meta, XLA forgotten)",
+        _sub(_ROWS, "if autograd_key_of(key) is not None:", 'if key == "CPU":'),
+    ),
+    (
+        "an alias refreshes no row of its expansion, only a row named like itself",
+        _sub(_ROWS, "changed = set(runtime_keys(key))", "changed = {key}"),
+    ),
+    (
+        "the table starts empty ('missing') instead of computed for no kernel",
         _sub(
-            _AUTOCAST,
-            "wide = any(eligible(dt) and dt == torch.float32 for dt in dtypes)",
-            "wide = any(dt in (torch.float32, torch.float64) for dt in dtypes)",
+            _ROWS,
+            "table = {row: fresh_row(registered, row) for row in rows}",
+            'table = {row: "missing" for row in rows}',
         ),
     ),
     (
-        "ops on no list lowered to bfloat16",
-        _sub(_AUTOCAST, "else:\n    return list(dtypes)", "else:\n    target = torch.bfloat16"),
+        "hard-coded: the rows of the visible example, CompositeImplicitAutograd everywhere",
+        'return ["CompositeImplicitAutograd"] * len(rows)\n',
+    ),
+]
+
+WRONG["ex5_keys_under"] = [
+    (
+        "device ignored: a meta tensor given CPU's keys",
+        _sub(_MODES, 'if device == "cpu":', "if True:"),
     ),
     (
-        "fp32 ops cast float64 down to float32",
+        "keyword arguments ignored (mode=False read as True, enabled=False as True)",
         _sub(
-            _AUTOCAST,
-            "return [target if eligible(dt) else dt for dt in dtypes]",
-            "if op in policies['fp32']:\n"
-            "    return [target if dt.is_floating_point else dt for dt in dtypes]\n"
-            "return [target if eligible(dt) else dt for dt in dtypes]",
+            _sub(
+                _MODES, 'kwargs.get("mode", args[0] if args else True)', "args[0] if args else True"
+            ),
+            'kwargs.get("enabled", True)',
+            "True",
         ),
     ),
     (
-        "promote widens only when every eligible input is float32",
+        "a tensor that needs no gradient given no autograd keys",
         _sub(
-            _AUTOCAST,
-            "wide = any(eligible(dt) and dt == torch.float32 for dt in dtypes)",
-            "wide = all(dt == torch.float32 for dt in dtypes if eligible(dt))",
+            _MODES, "if inference:\n    keys &=", "if inference or not requires_grad:\n    keys &="
         ),
     ),
     (
-        "promote looks at the first input only",
+        "inference_mode(False) treated as inference mode (the flag ignored)",
         _sub(
-            _AUTOCAST,
-            "wide = any(eligible(dt) and dt == torch.float32 for dt in dtypes)",
-            "wide = dtypes[0] == torch.float32",
+            _MODES, 'inference = kwargs.get("mode", args[0] if args else True)', "inference = True"
         ),
+    ),
+    (
+        "the autograd keys removed by name (AutogradCPU clears the CPU backend bit too)",
+        _sub(
+            _MODES,
+            'keys &= ~(bits("ADInplaceOrView") | autograd)',
+            'keys &= ~bits("ADInplaceOrView", "AutogradCPU", "AutogradMeta")',
+        ),
+    ),
+    (
+        "no_grad treated as inference mode",
+        _sub(
+            _MODES,
+            'if name == "inference_mode":\n        inference = kwargs.get("mode", args[0] if args else True)',
+            'if name in ("inference_mode", "no_grad"):\n        inference = kwargs.get("mode", args[0] if args else True)',
+        ),
+    ),
+    (
+        "hard-coded: the visible example's CPU inference tensor keys whatever the stack",
+        "return DEFAULT_INCLUDED & ~bits('ADInplaceOrView'), DEFAULT_EXCLUDED, bits('CPU', 'AutocastCPU')\n",
     ),
 ]
