@@ -88,7 +88,7 @@ MIN_TEXT_PX = 9.0
 MPL_MIN_FONT_PT = 8.0
 
 #: Elements that reach past the right edge of the viewport without a box that scrolls (or clips)
-#: them: what makes a page scroll sideways. Only the outermost of nested culprits is reported.
+#: them: what makes a page scroll sideways. Only the innermost of nested culprits is reported.
 SIDEWAYS = """
 const vw = document.documentElement.clientWidth;
 const scrolls = (el) => {
@@ -102,16 +102,22 @@ const out = [];
 const main = document.querySelector('main') || document.body;
 for (const el of main.querySelectorAll('*')) {
   const box = el.getBoundingClientRect();
-  if (box.width === 0 || box.right <= vw + 1 || scrolls(el)) continue;
+  // An element's own box may fit while its content runs past it (a heading of one long word):
+  // the content's extent is its scroll width.
+  const own = getComputedStyle(el).overflowX;  // a box that scrolls its own content fits
+  const boxed = own === 'auto' || own === 'scroll' || own === 'hidden' || own === 'clip';
+  const right = boxed ? box.right : box.left + Math.max(box.width, el.scrollWidth);
+  if (box.width === 0 || right <= vw + 1 || scrolls(el)) continue;
   // A drawer the theme keeps hidden off screen (the phone's sidebars) is not what a reader sees.
   if (!el.checkVisibility({visibilityProperty: true, opacityProperty: true})) continue;
-  if (out.some(o => o.el.contains(el))) continue;
+  // Keep the innermost: an ancestor reaches as far only because of this element.
+  for (let i = out.length - 1; i >= 0; i--) if (out[i].el.contains(el)) out.splice(i, 1);
   const what = el.tagName.toLowerCase() + (el.className && el.className.baseVal === undefined
       ? '.' + String(el.className).trim().split(/\\s+/)[0] : '');
-  out.push({el, text: what + ' reaches ' + Math.round(box.right) + ' px: ' +
+  out.push({el, text: what + ' reaches ' + Math.round(right) + ' px: ' +
             (el.innerText || el.getAttribute('src') || '').trim().split('\\n')[0].slice(0, 70)});
 }
-return [document.documentElement.scrollWidth, vw, out.map(o => o.text)];
+return [document.documentElement.scrollWidth, vw, out.slice(0, 6).map(o => o.text)];
 """
 
 #: Every figure on the page: images with their rendered and natural widths, and inline SVG
@@ -262,6 +268,31 @@ def browser(profile: str) -> webdriver.Chrome:
     return webdriver.Chrome(service=Service(driver), options=opts)
 
 
+#: A page that must fail both phone checks: a heading of one long word, and a drawing whose
+#: 10-unit text is shown at 390/1000 of its size. Run first, so a check that can no longer
+#: fail (a selector that matches nothing, a theme change) is seen.
+MUST_FAIL = (
+    "<!doctype html><html><head><meta name='viewport' content='width=device-width'></head>"
+    "<body><main><article><h2>" + "Wide" * 60 + "</h2>"
+    "<svg viewBox='0 0 1000 100' style='width:100%'><text y='50' font-size='10'>tiny</text>"
+    "</svg></article></main></body></html>"
+)
+
+
+def checks_can_fail(driver) -> list[str]:
+    """What the phone checks failed to see on :data:`MUST_FAIL` (empty: both can fail)."""
+    from urllib.parse import quote
+
+    viewport(driver, *WIDTHS["390 px"])
+    driver.get("data:text/html," + quote(MUST_FAIL))
+    missed = []
+    if not any(c.startswith("h2") for c in driver.execute_script(SIDEWAYS)[2]):
+        missed.append("a heading wider than a phone")
+    if not figure_problems(driver, "self-test", "390 px")[0]:
+        missed.append("a figure with 4 px text")
+    return missed
+
+
 def load(driver, page: Path) -> None:
     """Open ``page`` and wait for the page itself (its article and header buttons)."""
     driver.get(page.as_uri())
@@ -304,6 +335,10 @@ def main(root: str, only: list[str] | None = None) -> int:
                 if not any(link and link.endswith(f"notebooks/{page.name}") for link in links):
                     problems.append(f"home page has no link to {page.name}")
             report.append(f"home page: '{title}', {len(links)} navigation links")
+            missed = checks_can_fail(driver)
+            if missed:
+                problems.append("the phone checks did not see: " + ", ".join(missed))
+            report.append("self-test: the phone checks see a wide heading and 4 px figure text")
             for page in chapters + labs + books:
                 if only and not any(page.as_posix().endswith(f"{o}.html") for o in only):
                     continue
