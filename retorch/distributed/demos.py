@@ -163,6 +163,15 @@ def collectives_side_by_side(rank: int, world: int) -> dict:
     return {"results": rows, "sent": sent.bytes, "model": model, "messages": sent.messages}
 
 
+def strided_all_reduce(rank: int, world: int) -> dict:
+    """An all-reduce of a strided view, ``base[:, ::2]`` of a (3, 4) tensor holding rank + 1
+    everywhere: the base afterwards, with our ring and with torch.distributed's."""
+    ours, theirs = torch.full((3, 4), rank + 1), torch.full((3, 4), rank + 1)
+    C.ring_all_reduce(ours[:, ::2])
+    dist.all_reduce(theirs[:, ::2])
+    return {"ours": ours, "theirs": theirs}
+
+
 def brief(t: torch.Tensor) -> str:
     """A tensor's values in a narrow table cell: all of them up to 6, else the first three,
     the last and the sum."""
@@ -185,7 +194,7 @@ def _batch(step: int, rank: int):
 
 def _close(a, b) -> bool:
     return all(torch.allclose(p, q, atol=ATOL, rtol=RTOL)
-               for p, q in zip(a.parameters(), b.parameters()))  # fmt: skip
+               for p, q in zip(a.parameters(), b.parameters(), strict=True))  # fmt: skip
 
 
 def torch_buckets(model) -> list[list[int]]:
@@ -287,9 +296,9 @@ def fsdp_side_by_side(rank: int, world: int, steps: int) -> dict:
         full = fsdp.full_parameters(units)
         ref = [p for i in order for p in single[i].parameters()]
         tref = [p.full_tensor() for i in order for p in theirs[i].parameters()]
-        agree.append((all(torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, ref)),
+        agree.append((all(torch.allclose(a, b, atol=ATOL, rtol=RTOL) for a, b in zip(full, ref, strict=True)),
                       all(torch.allclose(a, b, atol=ATOL, rtol=RTOL)
-                          for a, b in zip(full, tref))))  # fmt: skip
+                          for a, b in zip(full, tref, strict=True))))  # fmt: skip
     final = [sum(t.detach().double().sum().item() for t in ts) for ts in (full, ref, tref)]
     held = {}
     for name, model in (("sharded", ours), ("DDP", DDP(_mlp(0, rn)))):
