@@ -234,3 +234,15 @@ def test_trace_records_the_path_down_the_keys():
     assert seen == [("aten::mul.Tensor", "AutogradCPU"), ("aten::mul.Tensor", "CPU")]
     assert out.grad_fn is None
     assert "_select" not in vars(get_dispatcher())  # the spy is removed after the block
+
+
+@pytest.mark.parametrize("name", sorted(UNARY) + sorted(BINARY))
+def test_every_op_records_torchs_node_on_a_2_by_3_input(name):
+    """Each op once on a (2, 3) input, where a transpose is not contiguous (the randomized
+    tests above may draw only shapes where it is): the node and its inputs' nodes by name."""
+    (a, ta), (b, tb) = _pair((2, 3), 0, positive=True), _pair((2, 3), 1, positive=True)
+    if name in UNARY:
+        ours, theirs = UNARY[name][0](a), UNARY[name][1](ta)
+    else:
+        ours, theirs = BINARY[name][0](a, b), BINARY[name][1](ta, tb)
+    _check(ours, theirs, [(a, ta)] if name in UNARY else [(a, ta), (b, tb)])
