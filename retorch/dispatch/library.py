@@ -17,7 +17,7 @@ and :func:`_scoped_library` destroys on exit, so a test or a notebook cell can r
 from __future__ import annotations
 
 import contextlib
-import inspect
+import sys
 
 from .dispatch_key import DispatchKey, is_alias_dispatch_key, parse_dispatch_key
 from .dispatch_key_set import get_runtime_dispatch_key_set
@@ -37,8 +37,10 @@ def _parse_key(key) -> DispatchKey:
 
 
 def _caller() -> str:
-    frame = inspect.stack()[2]
-    return f"{frame.filename}:{frame.lineno}"
+    # sys._getframe, not inspect.stack(): the latter reads every frame's source lines, which
+    # made importing retorch.dispatch take seconds once many modules were loaded.
+    frame = sys._getframe(2)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 class Library:
