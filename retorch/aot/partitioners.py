@@ -269,8 +269,9 @@ def recompute_partition(
     for node in reversed(forward_nodes):  # 1: stop saving a cheap node where that is free
         if node not in anchors or not _is_recomputable(node):
             continue
+        ban_materialized = ban_recompute_materialized_backward
         if node in required and ban_reason(
-            node, required, ban_recompute_materialized_backward=ban_recompute_materialized_backward
+            node, required, ban_recompute_materialized_backward=ban_materialized
         ):
             continue
         trial = anchors - {node}
