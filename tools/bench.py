@@ -113,8 +113,8 @@ def review(path: Path, files: list[str], why: str) -> dict:
     """Record in a stored result that the measured ``files`` changed since it was measured
     without changing what it measures (``why``), at the current commit. Meant for a result that
     cannot be measured again here (a GPU section on a CPU machine), or an edit outside the
-    timed path (code that runs once, at import); otherwise measure again. The record travels with the result: ``plot_bench`` and the benchmarks page
-    print it."""
+    timed path (code that runs once, at import); otherwise measure again. The record travels
+    with the result: ``plot_bench`` and the benchmarks page print it."""
     result = json.loads(path.read_text())
     sources = result.get("sources", {})
     for rel in files:
