@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 from retorch.dispatch.precedence import REGISTRATION_ORDER, kernels_run
 from retorch.testing.dispatch_lab import ORDER_CASES, ROWS, fresh_row, torch_rows_after
 
+# Multi-second randomized tests against torch: in make unit, not in make check-fast.
+pytestmark = pytest.mark.slow
+
 KEYS = ["Undefined", "CPU", "XLA", "Meta", "AutogradCPU", "AutogradXLA", "AutogradMeta"]
 REGISTRABLE = list(REGISTRATION_ORDER) + ["XLA", "AutogradCPU"]
 

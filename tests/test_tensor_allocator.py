@@ -728,6 +728,7 @@ class ShuffledAddresses:
         return int(self.rng.integers(1, 2**20)) << 21  # raw_malloc may return an address
 
 
+@pytest.mark.slow  # replays 12 address orders: in make unit, not in make check-fast
 def test_the_same_trace_at_other_addresses_splits_differently_unless_the_model_follows_them():
     """Best fit breaks ties by address, so the model agrees with another allocator event by
     event only at that allocator's addresses: SameAddresses gives it them. (On an H100, the
