@@ -23,13 +23,17 @@ NBVAL := -p tools.nbval_report --nbval --nbval-current-env --nbval-sanitize-with
 
 .PHONY: help setup dot chromium book test check-fast lint pairs labs labs-check single-source \
         unit nbval nbval-portable lab-stubs wrong-answers ptx html-check bench execute clean \
-        test-gpu gpu-present
+        test-gpu gpu-present gpu-report gpu-wheels gpu-command
 
 help:
 	@echo "make book        build the HTML book into _build/html from the stored notebook outputs"
 	@echo "make test        everything CI checks (what .ci/run runs)"
 	@echo "make check-fast  lint, jupytext pairs, labs in sync, single source, fast unit tests (<60 s)"
 	@echo "make test-gpu    on a machine with an NVIDIA GPU: unit tests and nbval with the simulator off"
+	@echo "make gpu-wheels  download the wheels the GPU machine lacks into .whl/, print its run command"
+	@echo "make gpu-command print the device run command (carry [\".whl\"]; results come back under \$$OUT)"
+	@echo "make gpu-report  on a GPU machine, <= 8 min: CUDA tests, GPU benchmarks, GPU notebooks,"
+	@echo "                 a table against issue 28's goals; results under \$$OUT (GPU_REPORT_DRY=1: simulator)"
 	@echo "make labs        regenerate labs/ from solutions/"
 	@echo "make execute     re-run notebooks and solutions, storing fresh outputs"
 	@echo "make bench       run the benchmarks, store results in bench/results, re-plot them"
@@ -109,6 +113,35 @@ test-gpu: setup gpu-present
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -q -p no:cacheprovider tests
 	NUMBA_ENABLE_CUDASIM=0 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) $(NOTEBOOKS) $(SOLUTIONS)
 	NUMBA_ENABLE_CUDASIM=0 $(PY) tools/check_lab_stubs.py
+
+# make gpu-report: one command for a session lent a GPU (issue 28). The GPU machine has no network
+# and no .venv: it runs with its own python3, the wheels carried in .whl/ (make gpu-wheels) and
+# PYTHONPATH=. (tools/gpu_report.py installs them). Run it through the device tool with
+#   carry [".whl"], command: make gpu-report      (the exact line: make gpu-command)
+# and copy $$OUT/bench/results/gpu/*.json into bench/results/gpu/. GPU_REPORT_DRY=1 goes through
+# every step here, with the simulator and tiny sizes, writing only under $$OUT (/tmp/gpu-report-dry).
+GPU_PY := $(if $(wildcard $(PY)),$(PY),python3)
+GPU_WHEEL_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+                       --platform manylinux2014_x86_64
+gpu-report:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) tools/gpu_report.py \
+	  $(if $(GPU_REPORT_DRY),--dry)
+
+gpu-wheels: $(STAMP)
+	@mkdir -p .whl
+	grep -v '^#' tools/gpu_wheels.txt | $(PY) -m pip download -q --disable-pip-version-check \
+	  --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(GPU_WHEEL_PLATFORMS) -d .whl -r /dev/stdin
+	@echo "$$(ls .whl/*.whl | wc -l) wheels, $$(du -sh .whl | cut -f1) in .whl/"
+	@$(MAKE) -s gpu-command
+
+gpu-command:
+	@test -n "$$(ls .whl/*.whl 2>/dev/null)" || { echo "no wheels in .whl/: make gpu-wheels"; exit 1; }
+	@git diff --quiet HEAD -- retorch bench tools || echo "WARNING: retorch/, bench/ or tools/ \
+	  differ from HEAD: commit first, or the GPU results cannot be stored"
+	@echo 'run(kind omitted, timeout_s=540, carry=[".whl"],'
+	@echo '    command="BENCH_COMMIT=$(shell git rev-parse --short=10 HEAD) make gpu-report")'
+	@echo 'then copy $$OUT/bench/results/gpu/*.json and $$OUT/bench/results/gpu/report/ into bench/results/gpu/'
 
 ptx: $(STAMP)
 	NUMBA_ENABLE_CUDASIM=0 $(PY) tools/check_ptx.py
