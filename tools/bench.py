@@ -156,6 +156,26 @@ def gpu_names() -> list[str]:
     return [n for n in names() if "def run_gpu(" in (ROOT / "bench" / f"bench_{n}.py").read_text()]
 
 
+def gpu_versions() -> dict:
+    """numba, numba-cuda and (under ``make gpu-report``, which records them once) the device's
+    driver and compute capability, for a GPU section's result."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for package in ("numba", "numba-cuda", "numpy"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "not installed"
+    recorded = os.environ.get("GPU_REPORT_VERSIONS")
+    if recorded and Path(recorded).is_file():
+        seen = json.loads(Path(recorded).read_text())
+        out.update(
+            {k: seen[k] for k in ("driver", "compute capability", "torch cuda") if k in seen}
+        )
+    return out
+
+
 def run_one(name: str, quick: bool, gpu: bool = False) -> dict:
     module = importlib.import_module(f"bench.bench_{name}")
     t0 = time.perf_counter()
@@ -166,6 +186,8 @@ def run_one(name: str, quick: bool, gpu: bool = False) -> dict:
     import torch
 
     result["versions"] = {"torch": torch.__version__, "python": platform.python_version()}
+    if gpu:
+        result["versions"].update(gpu_versions())
     result["sources"] = loaded_sources()
     result["commit"] = commit_of(list(result["sources"]))
     if "rows" in result:  # imported after the sources are listed: not part of what was measured

@@ -42,7 +42,8 @@ def top_entries(profile: cProfile.Profile, calls: int, key: str, n: int = 25) ->
     per profiled launch."""
     stats = pstats.Stats(profile)
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+    entries = stats.stats.items()  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _) in entries:
         rows.append({"function": f"{Path(file).name}:{line}({func})", "file": file,
                      "calls per launch": nc / calls, "own µs per launch": tt * 1e6 / calls,
                      "cumulative µs per launch": ct * 1e6 / calls})  # fmt: skip

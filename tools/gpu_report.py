@@ -106,8 +106,14 @@ def goals(results: dict) -> list[dict]:
     launch = results.get("launch") or {}
     add("retorch.tensor CUDA add, 1 element: host µs <= 20",
         launch.get("retorch.tensor add, host µs"), 20, False, "{:.1f} µs")  # fmt: skip
-    add("retorch.Tensor (autograd) CUDA add, 1 element: host µs <= 80",
-        launch.get("retorch.Tensor add (requires_grad), host µs"), 80, False, "{:.1f} µs")  # fmt: skip
+    autograd = launch.get("retorch.Tensor add (requires_grad), host µs")
+    add(
+        "retorch.Tensor (autograd) CUDA add, 1 element: host µs <= 80",
+        autograd,
+        80,
+        False,
+        "{:.1f} µs",
+    )
     mlp = [_value(results, "dispatch", "MLP", impl) for impl in ("retorch", "torch")]
     mlp_ratio = mlp[0] / mlp[1] if None not in mlp else None
     add("MLP step on CUDA <= 10x torch eager", mlp_ratio, 10, False, "{:.1f}x torch")
@@ -121,12 +127,18 @@ def goals(results: dict) -> list[dict]:
         why = "" if bits is None else f" (bit-identical: {bits})"
         add(f"add on 64M float32 >= 0.9x torch's bandwidth ({name})", ratio, 0.9, True,
             "{:.2f}x torch", why)  # fmt: skip
-    cublas = _value(results, "matmul", "4096", "torch") or _value(results, "matmul", "4096", "cublas")
+    cublas = _value(results, "matmul", "4096", "torch") or _value(
+        results, "matmul", "4096", "cublas"
+    )
     best = _best_retorch(results, "matmul", "4096")
     add("best SGEMM rung >= 0.5x cuBLAS fp32 at 4096 (TF32 off)",
         best[1] / cublas if best and cublas else None, 0.5, True,
         "{:.3f}x cuBLAS", f" ({best[0]})" if best else "")  # fmt: skip
-    for case in ("10M params in 10 tensors", "10M params in 100 tensors", "100M params in 10 tensors"):
+    for case in (
+        "10M params in 10 tensors",
+        "10M params in 100 tensors",
+        "100M params in 10 tensors",
+    ):
         torch_ms = _value(results, "optim", case, "torch fused")
         ours = _value(results, "optim", case, "retorch")
         add(f"fused Adam >= 0.8x torch fused's speed, {case.strip()}",
@@ -194,8 +206,9 @@ class Report:
         t0 = time.monotonic()
         with log.open("w") as f:
             try:
-                rc = subprocess.run(cmd, cwd=ROOT, env=self.env, stdout=f,
-                                    stderr=subprocess.STDOUT, timeout=timeout).returncode  # fmt: skip
+                done = subprocess.run(cmd, cwd=ROOT, env=self.env, stdout=f,
+                                      stderr=subprocess.STDOUT, timeout=timeout)  # fmt: skip
+                rc = done.returncode
                 status = "ok" if rc == 0 else f"failed (exit {rc})"
             except subprocess.TimeoutExpired:
                 status = f"timed out after {timeout:.0f} s"
@@ -266,12 +279,6 @@ def report_folders(out: Path, dry: bool) -> list[Path]:
     return folders
 
 
-def gpu_versions() -> dict:
-    """Device, driver, numba and numba-cuda versions, added to every GPU section's result."""
-    path = os.environ.get("GPU_REPORT_VERSIONS")
-    return json.loads(Path(path).read_text()) if path and Path(path).is_file() else {}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry", action="store_true", help="simulator, tiny sizes, $OUT only")
@@ -312,8 +319,8 @@ def main() -> int:
     nbval = ["-p", "tools.nbval_report", "--nbval", "--nbval-current-env",
              "--nbval-sanitize-with", "tools/nbval_sanitize.cfg"]  # fmt: skip
     notebooks = NOTEBOOKS[:1] if args.dry else NOTEBOOKS
-    cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist[:1], *(["4"] if xdist else []),
-           *nbval, *notebooks]  # fmt: skip
+    xdist4 = ["-n", "4"] if xdist else []
+    cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist4, *nbval, *notebooks]
     report.run("notebooks", cmd, 180)
 
     versions = json.loads(vfile.read_text()) if vfile.is_file() else {}
