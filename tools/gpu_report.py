@@ -58,6 +58,18 @@ TESTS = [
 ]
 
 
+# What the Makefile exports (nbval needs them), for `PYTHONPATH=. python3 tools/gpu_report.py`
+# on a machine without make.
+MAKEFILE_ENV = {
+    "NUMBA_CACHE_DIR": "~/.cache/retorch/numba",
+    "TORCHINDUCTOR_CACHE_DIR": "~/.cache/retorch/inductor",
+    "IPYKERNEL_CELL_NAME": "<IPY-INPUT>",
+    "PYTHONHASHSEED": "0",
+    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    "JUPYTER_PLATFORM_DIRS": "1",
+}
+
+
 # ---------------------------------------------------------------- goals
 def _rows(results: dict, name: str) -> list[dict]:
     result = results.get(name) or {}
@@ -188,6 +200,8 @@ class Report:
         self.steps: list[dict] = []
         (out / "gpu-report").mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1" if dry else "0")
+        for key, value in MAKEFILE_ENV.items():  # as the Makefile exports them, without make
+            self.env.setdefault(key, value.replace("~", str(Path.home())))
         if SITE.is_dir():
             self.env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(SITE)])
         else:
