@@ -9,7 +9,8 @@ The inputs are chosen where the usual mistakes show: rings that visit the ranks 
 other than 0, 1, ..., n-1 (chapter 7 prints only that one), a ring of one rank, world sizes
 that do not divide the number of elements, more ranks than elements, empty tensors, integer,
 bfloat16 and float64 tensors, transposed and strided (non-contiguous) inputs, buckets that
-reach their limit exactly, a first bucket limit above the others.
+reach their limit exactly, a first bucket limit above the others, parameters of several
+dtypes, sparse gradients and parameters larger than the cap.
 """
 
 from __future__ import annotations
@@ -145,50 +146,74 @@ def check_ring_schedule(cmp, ring_schedule) -> None:
                           f"rank {r}'s schedule on ring {ring}, against retorch's ring", hint)  # fmt: skip
 
 
-# ---- exercise 2: DDP's buckets at construction ------------------------------------------------
-def torch_buckets(sizes: list[int], cap: int, first: int) -> list[list[int]]:
+# ---- exercise 2: DDP's buckets at construction, several dtypes and sparse gradients -----------
+def torch_buckets(params, sparse, cap: int, first: int) -> list[list[int]]:
     """torch 2.13 DDP's buckets at construction with find_unused_parameters=True, in the order
     it reduces them: its C++ ``compute_bucket_assignment_by_size``, reversed."""
-    tensors = [torch.empty(n, dtype=torch.uint8) for n in sizes]  # n bytes each
     limits = [first, cap] if first < cap else [cap]
-    indices, _ = dist._compute_bucket_assignment_by_size(tensors, limits)
+    indices, _ = dist._compute_bucket_assignment_by_size(params, limits, sparse)
     return [list(b) for b in reversed(indices)]
 
 
+BUCKET_DTYPES = [torch.float32, torch.float16, torch.float64, torch.bfloat16]
 KiB, MiB = 1 << 10, 1 << 20
-BUCKET_CASES = [  # (sizes in bytes, cap_bytes, first_cap_bytes)
-    ([100, 200, 50, 400, 10, 300, 300, 60], 400, 250),
-    ([300, 100, 100, 300, 200, 500, 100], 500, 500),  # reaches 500 exactly, twice
-    ([64, 64, 512, 64, 2048, 64, 16, 16], 600, 100),
+# (numel and dtype of each parameter (f: float32, h: float16, d: float64, b: bfloat16),
+#  indices of the sparse ones, cap_bytes, first_cap_bytes)
+BUCKET_CASES = [
+    ([(25, "f"), (50, "f"), (10, "h"), (100, "f"), (40, "h"), (60, "h"), (5, "f")], [], 400, 100),
+    ([(100, "f"), (100, "h"), (100, "f"), (100, "h"), (100, "f")], [], 200, 400),  # exact hits
+    ([(1000, "d"), (10, "f"), (10, "d"), (10, "f")], [0], 64, 16),  # sparse, then a big one
+    ([(300, "f"), (20, "b"), (20, "b"), (300, "b"), (3, "f")], [4], 1000, 100),  # over the cap
     (
-        [4 * MiB, 4 * KiB, 4 * MiB, 4 * KiB, 64 * KiB, 1 * MiB, 10 * MiB, 40 * KiB],
+        [(4 * MiB // 4, "f"), (1024, "f"), (512 * KiB, "h"), (512, "h"), (64 * KiB, "f")],
+        [],
         25 * MiB,
         1 * MiB,
-    ),  # a small MLP's weights and biases, DDP's defaults  # fmt: skip
-    ([50, 50, 50, 50, 50, 50, 50], 120, 400),  # first limit above the cap: cap everywhere
-    ([10, 20, 30], 1000, 100),  # nothing closes: one bucket
-    ([200, 100, 300, 250, 150, 400], 400, 300),  # the last parameter closes the last bucket
+    ),  # DDP's defaults  # fmt: skip
+    ([(10, "h"), (20, "h"), (30, "h")], [], 1000, 100),  # nothing closes: one bucket
 ]
+
+
+def random_bucket_cases(n_cases: int, seed: int):
+    """Random parameter lists: 1 to 12 parameters of the four dtypes, about one in six
+    sparse, caps of 64 to 2048 bytes with a first cap below or above them."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(lo, hi):
+        return int(torch.randint(lo, hi, (1,), generator=gen))
+
+    for _ in range(n_cases):
+        n = draw(1, 13)
+        params = [(draw(1, 300), "fhdb"[draw(0, 4)]) for _ in range(n)]
+        sparse = [i for i in range(n) if draw(0, 6) == 0]
+        yield params, sparse, draw(64, 2049), draw(16, 2049)
 
 
 def check_assign_buckets(cmp, assign_buckets) -> None:
     hint = (
-        "fill in registration order; close a bucket once its bytes are >= its limit (the "
-        "parameter that gets there stays in); first limit first_cap_bytes only when smaller "
-        "than cap_bytes; then reverse the list of buckets"
+        "sparse parameters alone; the others fill one open bucket per (dtype, device), in "
+        "registration order, closing it once its bytes are >= its limit (the parameter that "
+        "gets there stays in); each (dtype, device) starts at the first limit and moves on to "
+        "the next after each bucket it closes; keep the open leftovers, sort every bucket by "
+        "its smallest index, then reverse"
     )
-    for case in BUCKET_CASES:
-        sizes, cap, first = list(case[0]), case[1], case[2]
-        what = f"assign_buckets({sizes}, {cap}, {first})"
-        want = torch_buckets(sizes, cap, first)
+    dtype_of = dict(zip("fhdb", BUCKET_DTYPES, strict=True))
+    for spec, sparse_at, cap, first in [*BUCKET_CASES, *random_bucket_cases(40, seed=7)]:
+        params = [torch.zeros(n, dtype=dtype_of[d]) for n, d in spec]
+        sparse = [i in sparse_at for i in range(len(spec))]
+        given, given_sparse = list(params), list(sparse)
+        what = (f"assign_buckets(params of {[f'{n}{d}' for n, d in spec]}, sparse at "
+                f"{sparse_at}, {cap}, {first})")  # fmt: skip
+        want = torch_buckets(params, sparse, cap, first)
         got = cmp.call(
-            lambda: [[int(i) for i in b] for b in assign_buckets(sizes, cap, first)],
+            lambda: [[int(i) for i in b] for b in assign_buckets(params, sparse, cap, first)],
             what + " ran",
             hint,
         )
-        cmp.equal(sizes, case[0], f"sizes_in_bytes after {what} (left as it was given)",
-                  "do not change the caller's list (no pop, sort or reverse on it): walk it "
-                  "with enumerate")  # fmt: skip
+        same = len(params) == len(given) and all(a is b for a, b in zip(params, given))
+        cmp.equal([same, sparse == given_sparse], [True, True],
+                  f"params and sparse after {what} (left as they were given)",
+                  "do not change the caller's lists (no pop, sort or reverse on them)")  # fmt: skip
         cmp.equal(got, want, what, hint + "; never add an empty bucket")
 
 

@@ -16,17 +16,22 @@ return steps
 """
 
 _BUCKETS = """\
-buckets, current, filled = [], [], 0
-limit = first_cap_bytes if first_cap_bytes < cap_bytes else cap_bytes
-for i, size in enumerate(sizes_in_bytes):
-    current.append(i)
-    filled += size
-    if filled >= limit:
-        buckets.append(current)
-        current, filled, limit = [], 0, cap_bytes
-if current:
-    buckets.append(current)
-return buckets[::-1]
+limits = [first_cap_bytes, cap_bytes] if first_cap_bytes < cap_bytes else [cap_bytes]
+done, open_buckets = [], {}  # (dtype, device) -> [indices, bytes, buckets closed]
+for i, p in enumerate(params):
+    if sparse[i]:
+        done.append([i])
+        continue
+    key = (p.dtype, p.device)
+    b = open_buckets.setdefault(key, [[], 0, 0])
+    b[0].append(i)
+    b[1] += p.numel() * p.element_size()
+    if b[1] >= limits[min(b[2], len(limits) - 1)]:
+        done.append(b[0])
+        open_buckets[key] = [[], 0, b[2] + 1]
+done += [b[0] for b in open_buckets.values() if b[0]]
+done.sort(key=min)
+return done[::-1]
 """
 
 _REDUCE_SCATTER = """\
@@ -121,8 +126,11 @@ return steps
         ),
         (
             "the ring sorted in place to find the position (changes the caller's list)",
-            _sub(_SCHEDULE, "n, p = len(ring), ring.index(rank)",
-                 "ring.sort()\nn, p = len(ring), ring.index(rank)"),
+            _sub(
+                _SCHEDULE,
+                "n, p = len(ring), ring.index(rank)",
+                "ring.sort()\nn, p = len(ring), ring.index(rank)",
+            ),
         ),
         (
             "n hard-coded to 4, the size of the chapter's figure",
@@ -134,8 +142,11 @@ return steps
         ),
         (
             "the all-gather repeats the reduce-scatter's chunks (sends chunks not yet complete)",
-            _sub(_SCHEDULE, "steps.append((ring[(p - s) % n], ring[(p - s - 1) % n]))",
-                 "steps.append((ring[(p - s - 1) % n], ring[(p - s - 2) % n]))"),
+            _sub(
+                _SCHEDULE,
+                "steps.append((ring[(p - s) % n], ring[(p - s - 1) % n]))",
+                "steps.append((ring[(p - s - 1) % n], ring[(p - s - 2) % n]))",
+            ),
         ),
         (
             "only the reduce-scatter half (n - 1 steps)",
@@ -143,8 +154,11 @@ return steps
         ),
         (
             "at least one step, even for a ring of one rank (which has nothing to send)",
-            _sub(_SCHEDULE, "for s in range(n - 1):  # reduce-scatter",
-                 "for s in range(max(n - 1, 1)):"),
+            _sub(
+                _SCHEDULE,
+                "for s in range(n - 1):  # reduce-scatter",
+                "for s in range(max(n - 1, 1)):",
+            ),
         ),
         (
             "each pair written (received, sent) instead of (sent, received)",
@@ -161,139 +175,130 @@ return steps
     ],
     "ex2_assign_buckets": [
         (
-            "buckets left in registration order (not reversed for backward)",
-            _sub(_BUCKETS, "return buckets[::-1]", "return buckets"),
+            "buckets left in sorted order (not reversed for backward)",
+            _sub(_BUCKETS, "return done[::-1]", "return done"),
         ),
         (
-            "parameters walked from the last one (filled in reverse registration order)",
+            "one bucket for every dtype (no grouping by (dtype, device))",
+            _sub(_BUCKETS, "key = (p.dtype, p.device)", "key = 0"),
+        ),
+        (
+            "a sparse parameter bucketed like the dense ones (not alone)",
+            _sub(_BUCKETS, "if sparse[i]:", "if False:"),
+        ),
+        (
+            "one limit counter shared by all dtypes (the first limit for the first bucket only)",
             """\
-buckets, current, filled = [], [], 0
-limit = first_cap_bytes if first_cap_bytes < cap_bytes else cap_bytes
-for i in reversed(range(len(sizes_in_bytes))):
-    current.append(i)
-    filled += sizes_in_bytes[i]
-    if filled >= limit:
-        buckets.append(sorted(current))
-        current, filled, limit = [], 0, cap_bytes
-if current:
-    buckets.append(sorted(current))
-return buckets
+limits = [first_cap_bytes, cap_bytes] if first_cap_bytes < cap_bytes else [cap_bytes]
+done, open_buckets, closed = [], {}, 0
+for i, p in enumerate(params):
+    if sparse[i]:
+        done.append([i])
+        continue
+    b = open_buckets.setdefault((p.dtype, p.device), [[], 0])
+    b[0].append(i)
+    b[1] += p.numel() * p.element_size()
+    if b[1] >= limits[min(closed, len(limits) - 1)]:
+        done.append(b[0])
+        b[:] = [[], 0]
+        closed += 1
+done += [b[0] for b in open_buckets.values() if b[0]]
+done.sort(key=min)
+return done[::-1]
 """,
         ),
         (
-            "a new bucket opened before the limit would be passed (a bucket never overshoots)",
-            """\
-buckets, current, filled = [], [], 0
-limit = first_cap_bytes if first_cap_bytes < cap_bytes else cap_bytes
-for i, size in enumerate(sizes_in_bytes):
-    if current and filled + size > limit:
-        buckets.append(current)
-        current, filled, limit = [], 0, cap_bytes
-    current.append(i)
-    filled += size
-if current:
-    buckets.append(current)
-return buckets[::-1]
-""",
+            "buckets not sorted by their smallest index (closed ones first, leftovers last)",
+            _sub(_BUCKETS, "done.sort(key=min)\n", ""),
+        ),
+        (
+            "the first limit used even when larger than the cap",
+            _sub(_BUCKETS, "if first_cap_bytes < cap_bytes else [cap_bytes]", ""),
         ),
         (
             "a bucket closes only once its bytes pass the limit (> instead of >=)",
-            _sub(_BUCKETS, "if filled >= limit:", "if filled > limit:"),
+            _sub(_BUCKETS, "if b[1] >= limits", "if b[1] > limits"),
         ),
         (
-            "the small first bucket forgotten (cap_bytes everywhere)",
-            _sub(_BUCKETS, "limit = first_cap_bytes if first_cap_bytes < cap_bytes else cap_bytes",
-                 "limit = cap_bytes"),
+            "a parameter's numel counted instead of its bytes",
+            _sub(_BUCKETS, "b[1] += p.numel() * p.element_size()", "b[1] += p.numel()"),
         ),
         (
-            "first_cap_bytes used for the first bucket even when larger than cap_bytes",
-            _sub(_BUCKETS, "limit = first_cap_bytes if first_cap_bytes < cap_bytes else cap_bytes",
-                 "limit = first_cap_bytes"),
-        ),
-        (
-            "the last bucket appended even when empty (the last parameter closed it)",
-            _sub(_BUCKETS, "if current:\n    buckets.append(current)", "buckets.append(current)"),
-        ),
-        (
-            "the overshoot carried into the next bucket (filled -= limit instead of 0)",
-            _sub(_BUCKETS, "current, filled, limit = [], 0, cap_bytes",
-                 "current, filled, limit = [], filled - limit, cap_bytes"),
-        ),
-        (
-            "the limit never switched to cap_bytes after the first bucket",
-            _sub(_BUCKETS, "current, filled, limit = [], 0, cap_bytes", "current, filled = [], 0"),
-        ),
-        (
-            "the indices reversed inside each bucket too (everything reversed)",
-            _sub(_BUCKETS, "return buckets[::-1]", "return [b[::-1] for b in buckets[::-1]]"),
-        ),
-        (
-            "a bucket closed when one parameter alone reaches the limit (size, not filled)",
-            _sub(_BUCKETS, "if filled >= limit:", "if size >= limit:"),
-        ),
-        (
-            "the sizes consumed with pop(0) (the caller's list emptied)",
-            """\
-buckets, current, filled, i = [], [], 0, 0
-limit = first_cap_bytes if first_cap_bytes < cap_bytes else cap_bytes
-while sizes_in_bytes:
-    size = sizes_in_bytes.pop(0)
-    current.append(i)
-    filled += size
-    i += 1
-    if filled >= limit:
-        buckets.append(current)
-        current, filled, limit = [], 0, cap_bytes
-if current:
-    buckets.append(current)
-return buckets[::-1]
-""",
+            "sorted by the largest index instead of the smallest",
+            _sub(_BUCKETS, "done.sort(key=min)", "done.sort(key=max)"),
         ),
     ],
     "ex3_reduce_scatter": [
         (
             "wrong dtype: zeros of the default dtype (float32) as padding, so an int64 or "
             "bfloat16 input gives a float32 shard",
-            _sub(_REDUCE_SCATTER, "flat.new_zeros(n * size - flat.numel())",
-                 "torch.zeros(n * size - flat.numel())"),
+            _sub(
+                _REDUCE_SCATTER,
+                "flat.new_zeros(n * size - flat.numel())",
+                "torch.zeros(n * size - flat.numel())",
+            ),
         ),
         (
             "wrong dtype: the sums accumulated in float32 for precision, and returned so",
-            _sub(_REDUCE_SCATTER, "chunks[into] = chunks[into] + recv()",
-                 "chunks[into] = chunks[into].float() + recv().float()"),
+            _sub(
+                _REDUCE_SCATTER,
+                "chunks[into] = chunks[into] + recv()",
+                "chunks[into] = chunks[into].float() + recv().float()",
+            ),
         ),
         (
             "non-contiguous input: x.view(-1), which fails on a transposed or strided view",
-            _sub(_REDUCE_SCATTER, "flat = x.reshape(-1)  # a copy when x is a strided view",
-                 "flat = x.view(-1)"),
+            _sub(
+                _REDUCE_SCATTER,
+                "flat = x.reshape(-1)  # a copy when x is a strided view",
+                "flat = x.view(-1)",
+            ),
         ),
         (
             "non-contiguous input: the memory from x's first element read as if contiguous "
             "(as_strided; what torch 2.13's gloo all_reduce does to a strided view)",
-            _sub(_REDUCE_SCATTER, "flat = x.reshape(-1)  # a copy when x is a strided view",
-                 "flat = x.as_strided((x.numel(),), (1,))"),
+            _sub(
+                _REDUCE_SCATTER,
+                "flat = x.reshape(-1)  # a copy when x is a strided view",
+                "flat = x.as_strided((x.numel(),), (1,))",
+            ),
         ),
         (
             "size-0 input: chunks of at least one element (max(1, ...)), so an empty tensor "
             "gives a shard of one zero",
-            _sub(_REDUCE_SCATTER, "size = math.ceil(flat.numel() / n)",
-                 "size = max(1, math.ceil(flat.numel() / n))"),
+            _sub(
+                _REDUCE_SCATTER,
+                "size = math.ceil(flat.numel() / n)",
+                "size = max(1, math.ceil(flat.numel() / n))",
+            ),
         ),
         (
             "N // n + 1 elements per chunk: one too many when n divides N",
-            _sub(_REDUCE_SCATTER, "size = math.ceil(flat.numel() / n)",
-                 "size = flat.numel() // n + 1"),
+            _sub(
+                _REDUCE_SCATTER,
+                "size = math.ceil(flat.numel() / n)",
+                "size = flat.numel() // n + 1",
+            ),
         ),
         (
             "one rank: x returned as it is (its shape and layout), not the flat shard",
-            _sub(_REDUCE_SCATTER, "n, p = len(ring), ring.index(rank)\n",
-                 "n, p = len(ring), ring.index(rank)\nif n == 1:\n    return x\n"),
+            _sub(
+                _REDUCE_SCATTER,
+                "n, p = len(ring), ring.index(rank)\n",
+                "n, p = len(ring), ring.index(rank)\nif n == 1:\n    return x\n",
+            ),
         ),
         (
             "chapter 7's formulas copied: ranks taken for ring positions",
-            _sub(_sub(_REDUCE_SCATTER, "send(chunks[ring[(p - s - 1) % n]])",
-                      "send(chunks[(rank - s - 1) % n])"),
-                 "into = ring[(p - s - 2) % n]", "into = (rank - s - 2) % n"),
+            _sub(
+                _sub(
+                    _REDUCE_SCATTER,
+                    "send(chunks[ring[(p - s - 1) % n]])",
+                    "send(chunks[(rank - s - 1) % n])",
+                ),
+                "into = ring[(p - s - 2) % n]",
+                "into = (rank - s - 2) % n",
+            ),
         ),
         (
             "the received chunk written over the own one instead of added to it",
@@ -302,31 +307,47 @@ return buckets[::-1]
         (
             "the sums added in place into the chunks, which are views of the caller's x when "
             "no padding is needed",
-            _sub(_sub(_REDUCE_SCATTER,
-                      "chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())])"
-                      ".view(n, size))",
-                      "padded = flat if n * size == flat.numel() else torch.cat(\n"
-                      "    [flat, flat.new_zeros(n * size - flat.numel())])\n"
-                      "chunks = list(padded.view(n, size))"),
-                 "chunks[into] = chunks[into] + recv()", "chunks[into] += recv()"),
+            _sub(
+                _sub(
+                    _REDUCE_SCATTER,
+                    "chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())])"
+                    ".view(n, size))",
+                    "padded = flat if n * size == flat.numel() else torch.cat(\n"
+                    "    [flat, flat.new_zeros(n * size - flat.numel())])\n"
+                    "chunks = list(padded.view(n, size))",
+                ),
+                "chunks[into] = chunks[into] + recv()",
+                "chunks[into] += recv()",
+            ),
         ),
         (
             "chunks cut with tensor_split, without padding (sizes differ by one)",
-            _sub(_REDUCE_SCATTER,
-                 "chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())])"
-                 ".view(n, size))",
-                 "chunks = [c.clone() for c in flat.tensor_split(n)]"),
+            _sub(
+                _REDUCE_SCATTER,
+                "chunks = list(torch.cat([flat, flat.new_zeros(n * size - flat.numel())])"
+                ".view(n, size))",
+                "chunks = [c.clone() for c in flat.tensor_split(n)]",
+            ),
         ),
         (
             "the zero padding put in front of the elements",
-            _sub(_REDUCE_SCATTER, "torch.cat([flat, flat.new_zeros(n * size - flat.numel())])",
-                 "torch.cat([flat.new_zeros(n * size - flat.numel()), flat])"),
+            _sub(
+                _REDUCE_SCATTER,
+                "torch.cat([flat, flat.new_zeros(n * size - flat.numel())])",
+                "torch.cat([flat.new_zeros(n * size - flat.numel()), flat])",
+            ),
         ),
         (
             "receive before sending: every rank waits for its neighbour (a deadlock)",
-            _sub(_sub(_REDUCE_SCATTER, "    send(chunks[ring[(p - s - 1) % n]])\n",
-                      "    incoming = recv()\n    send(chunks[ring[(p - s - 1) % n]])\n"),
-                 "chunks[into] = chunks[into] + recv()", "chunks[into] = chunks[into] + incoming"),
+            _sub(
+                _sub(
+                    _REDUCE_SCATTER,
+                    "    send(chunks[ring[(p - s - 1) % n]])\n",
+                    "    incoming = recv()\n    send(chunks[ring[(p - s - 1) % n]])\n",
+                ),
+                "chunks[into] = chunks[into] + recv()",
+                "chunks[into] = chunks[into] + incoming",
+            ),
         ),
         (
             "the whole running sum passed round the ring, then sliced (n - 1 full messages)",
@@ -395,8 +416,11 @@ return torch.cat(pieces), meta
                     "torch.cat([flat, flat.new_zeros(size * world - flat.numel())])",
                     "torch.cat([flat.new_zeros(size * world - flat.numel()), flat])",
                 ),
-                _sub(_UNFLATTEN, "params, start = [], 0",
-                     "params, start = [], full_flat.numel() - sum(n for n, _ in meta)"),
+                _sub(
+                    _UNFLATTEN,
+                    "params, start = [], 0",
+                    "params, start = [], full_flat.numel() - sum(n for n, _ in meta)",
+                ),
             ],
         ),
         (
@@ -410,8 +434,11 @@ return torch.cat(pieces), meta
         (
             "meta a zip iterator: unflatten works once, the next time it finds no parameters",
             [
-                _sub(_SHARD, "meta = [(p.numel(), tuple(p.shape)) for p in params]",
-                     "meta = zip([p.numel() for p in params], [tuple(p.shape) for p in params])"),
+                _sub(
+                    _SHARD,
+                    "meta = [(p.numel(), tuple(p.shape)) for p in params]",
+                    "meta = zip([p.numel() for p in params], [tuple(p.shape) for p in params])",
+                ),
                 None,
             ],
         ),
@@ -442,13 +469,25 @@ return params
         ),
         (
             "total // world + 1 elements per shard (one too many when world divides the total)",
-            [_sub(_SHARD, "size = math.ceil(flat.numel() / world)",
-                  "size = flat.numel() // world + 1"), None],
+            [
+                _sub(
+                    _SHARD,
+                    "size = math.ceil(flat.numel() / world)",
+                    "size = flat.numel() // world + 1",
+                ),
+                None,
+            ],
         ),
         (
             "the shard a strided slice flat[rank::world] (round-robin, not contiguous pieces)",
-            [_sub(_SHARD, "flat[rank * size: (rank + 1) * size].clone()",
-                  "flat[rank::world].clone()"), None],
+            [
+                _sub(
+                    _SHARD,
+                    "flat[rank * size: (rank + 1) * size].clone()",
+                    "flat[rank::world].clone()",
+                ),
+                None,
+            ],
         ),
         (
             "unflatten with .view(*shape): a 0-d parameter's empty shape calls view()",
