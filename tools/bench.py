@@ -8,7 +8,8 @@ ran on, and writes ``bench/results/<name>.json``, which the book plots.
 Each benchmark runs in a fresh process, and its result records what it measured: the commit
 (``git describe``-style, marked ``+dirty`` when measured files had uncommitted changes) and a
 hash of every file of ``retorch/`` and ``bench/`` that the process loaded. ``stale()`` compares
-those hashes with the files as they are now: ``tests/test_bench.py`` fails when a stored result
+those hashes with the files as they are now (for a GPU section, only the files whose code ran
+while it was measured, ``"ran"``: see ``ran_sources``): ``tests/test_bench.py`` fails when a stored result
 describes code that has changed since, so the book never plots numbers of older code. A result
 measured from a dirty tree (uncommitted edits of measured files) is not stored: its code exists
 at no commit, so nobody could measure it again (``storable``; commit, then measure). Each result
@@ -77,6 +78,55 @@ def loaded_sources() -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def _measured_rel(filename: str) -> str | None:
+    """``filename`` relative to the repository when it is a file of retorch/ or bench/."""
+    path = Path(filename).resolve()
+    if path.suffix != ".py" or not path.is_relative_to(ROOT) or not path.is_file():
+        return None
+    rel = path.relative_to(ROOT).as_posix()
+    return rel if rel.split("/")[0] in ("retorch", "bench") else None
+
+
+def compiled_numba_files() -> set[str]:
+    """Files of the Numba-compiled functions (CPU ``njit`` and CUDA kernels and device
+    functions) of retorch/ and bench/ that have a compiled overload in this process: their
+    Python code runs as machine code, so a call trace does not see it."""
+    files = set()
+    for module in list(sys.modules.values()):
+        if not (getattr(module, "__file__", None) and _measured_rel(module.__file__)):
+            continue
+        for obj in list(vars(module).values()):
+            py_func, overloads = getattr(obj, "py_func", None), getattr(obj, "overloads", None)
+            if py_func is not None and overloads and hasattr(py_func, "__code__"):
+                files.add(py_func.__code__.co_filename)
+    return files
+
+
+def ran_sources(fn) -> tuple[object, dict[str, str]]:
+    """Call ``fn`` once with a profile hook on, and return its value and the hashes of the
+    files of retorch/ and bench/ whose code ran: Python functions called (a ``call`` event on
+    any thread) and Numba-compiled functions (``compiled_numba_files``). A GPU section is
+    traced in one untimed pass at quick sizes (the same code paths, smaller tensors), then
+    measured untraced, so the hook costs its timings nothing."""
+    import threading
+
+    seen: set[str] = set()
+
+    def hook(frame, event, arg):
+        if event == "call":
+            seen.add(frame.f_code.co_filename)
+
+    threading.setprofile(hook)
+    sys.setprofile(hook)
+    try:
+        value = fn()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    rels = {rel for f in seen | compiled_numba_files() if (rel := _measured_rel(f))}
+    return value, {rel: file_hash(ROOT / rel) for rel in sorted(rels)}
+
+
 def commit_of(paths) -> str:
     """The current commit, with ``+dirty`` if any of ``paths`` differs from it."""
     if os.environ.get("BENCH_COMMIT"):  # a copied tree, whose .git (if any) is not its commit
@@ -96,12 +146,18 @@ def commit_of(paths) -> str:
 def stale(result: dict) -> list[str]:
     """The measured files that changed (or vanished) since ``result`` was measured.
 
+    A GPU section (``tools/bench.py --gpu``) records under ``"ran"`` the files whose code ran
+    while it was measured (``ran_sources``), and only those count: an edit of a file it merely
+    imported keeps it. A CPU result keeps the broader rule (every file its process loaded): it
+    is measured again here whenever its code changes, so the rule costs little.
+
     A file whose current content was *reviewed* against the result (``review()``: an edit
     that does not touch what was measured, recorded with its reason and shown wherever the
     result is) counts as unchanged until it changes again."""
     changed = []
     reviewed = {r["file"]: r["hash"] for r in result.get("reviewed", [])}
-    for rel, digest in result.get("sources", {}).items():
+    measured = result["ran"] if "ran" in result else result.get("sources", {})
+    for rel, digest in measured.items():
         path = ROOT / rel
         now = file_hash(path) if path.is_file() else None
         if now != digest and (now is None or reviewed.get(rel) != now):
@@ -178,6 +234,9 @@ def gpu_versions() -> dict:
 
 def run_one(name: str, quick: bool, gpu: bool = False) -> dict:
     module = importlib.import_module(f"bench.bench_{name}")
+    ran = None
+    if gpu:  # which files' code runs: one untimed, traced pass at quick sizes (see ran_sources)
+        _, ran = ran_sources(lambda: module.run_gpu(quick=True))
     t0 = time.perf_counter()
     result = module.run_gpu(quick=quick) if gpu else module.run(quick=quick)
     result.setdefault("name", name)
@@ -189,6 +248,8 @@ def run_one(name: str, quick: bool, gpu: bool = False) -> dict:
     if gpu:
         result["versions"].update(gpu_versions())
     result["sources"] = loaded_sources()
+    if ran is not None:
+        result["ran"] = {rel: digest for rel, digest in ran.items() if rel in result["sources"]}
     result["commit"] = commit_of(list(result["sources"]))
     if "rows" in result:  # imported after the sources are listed: not part of what was measured
         from retorch.notebook import higher_is_better
