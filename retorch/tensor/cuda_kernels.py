@@ -21,6 +21,7 @@ import math
 from numba import cuda, uint64
 
 from .. import cuda as rcuda
+from ..cuda_launch import device_attributes, launch
 from . import scalar_ops as S
 
 FLOATS = ("float32", "float64")
@@ -441,7 +442,7 @@ def launch_config(n: int) -> tuple[int, int]:
     Python thread per CUDA thread, so there launches are cut to what ``n`` needs."""
     if rcuda.simulator_enabled():
         return 1, max(1, min(n, 32))
-    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    sms = device_attributes().multiprocessor_count  # read once (retorch/cuda_launch.py)
     return max(1, min(math.ceil(n / THREADS), BLOCKS_PER_SM * sms)), THREADS
 
 
@@ -478,10 +479,12 @@ def _unrolled_config(n: int) -> tuple[int, int]:
 
 
 def _launch(k, n, *args):
+    """A grid-stride kernel over ``n`` elements, through the one launch path (its configured
+    launcher cached, on torch's current stream, no host synchronisation)."""
     if n == 0:
         return
     blocks, threads = launch_config(n)
-    k[blocks, threads](*args, n)
+    launch(k, blocks, threads, *args, n)
 
 
 @stub("binary").register("cuda")
