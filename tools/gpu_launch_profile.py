@@ -51,6 +51,44 @@ def top_entries(profile: cProfile.Profile, calls: int, key: str, n: int = 25) ->
     return sorted(rows, key=lambda r: -r[field])[:n]
 
 
+def _axpy(out, x, y, n):  # jitted in raw_launch, after retorch chose the simulator or not
+    i = cuda.grid(1)  # noqa: F821  (the module global set by raw_launch)
+    if i < n:
+        out[i] = x[i] + 2.0 * y[i]
+
+
+def raw_launch(per: int, turns: int, profiled: int) -> dict:
+    """One kernel launch alone, before and after the one launch path: numba-cuda's
+    ``kernel[grid, block](args)`` (a launch configuration built per call, arguments typed per
+    call) against ``retorch.cuda_launch.launch`` (configured launcher cached, torch's stream),
+    same kernel, same device arrays: host µs and the top of a cProfile of each."""
+    import numpy as np
+
+    from retorch import cuda_launch
+    from retorch.cuda_launch import cuda
+
+    globals()["cuda"] = cuda
+    axpy = cuda.jit(_axpy)
+    x, y, out = (cuda.to_device(np.ones(1, np.float32)) for _ in range(3))
+    cases = {
+        "before (numba kernel[grid, block](...))": lambda: axpy[1, 32](out, x, y, 1),
+        "after (retorch.cuda_launch.launch)": lambda: cuda_launch.launch(axpy, 1, 32, out, x, y, 1),
+    }
+    found: dict = {}
+    for name, fn in cases.items():
+        found[f"launch {name}, host µs"] = host_us(fn, per, turns)
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(profiled):
+            fn()
+        profile.disable()
+        found[f"launch {name}, profile by cumulative time"] = top_entries(
+            profile, profiled, "cumulative", 15
+        )
+    cuda.synchronize()
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--to", required=True)
@@ -80,6 +118,7 @@ def main() -> int:
     profile.disable()
     result["profile, by cumulative time"] = top_entries(profile, profiled, "cumulative")
     result["profile, by own time"] = top_entries(profile, profiled, "tottime")
+    result.update(raw_launch(per, turns, profiled))
     from tools.bench import commit_of, loaded_sources
 
     result["sources"] = loaded_sources()

@@ -52,6 +52,7 @@ NOTEBOOKS = [
 # Test files that exercise retorch's CUDA code (the rest run on the CPU only).
 TESTS = [
     "tests/test_cuda.py",
+    "tests/test_cuda_launch.py",
     "tests/test_dispatch_device.py",
     "tests/test_dispatch_tensor.py",
     "tests/test_inductor.py",
@@ -328,7 +329,7 @@ def main() -> int:
             print(f"    {store(results[name], name, out, args.dry)}", flush=True)
 
     xdist = [] if args.dry else ["-n", "8"]
-    tests = TESTS[:1] if args.dry else TESTS
+    tests = TESTS[:2] if args.dry else TESTS
     report.run("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, *tests], 150)
     nbval = ["-p", "tools.nbval_report", "--nbval", "--nbval-current-env",
              "--nbval-sanitize-with", "tools/nbval_sanitize.cfg"]  # fmt: skip
