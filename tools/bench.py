@@ -102,6 +102,9 @@ def compiled_numba_files() -> set[str]:
     return files
 
 
+TRACE_TOOL = 4  # a sys.monitoring tool id left free by debuggers (0), coverage (1), profilers (2)
+
+
 def ran_sources(fn) -> tuple[object, dict[str, str]]:
     """Call ``fn`` once with a profile hook on, and return its value and the hashes of the
     files of retorch/ and bench/ whose code ran: Python functions called (a ``call`` event on
@@ -111,18 +114,36 @@ def ran_sources(fn) -> tuple[object, dict[str, str]]:
     import threading
 
     seen: set[str] = set()
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+: one event per code object
+    if monitoring is not None and monitoring.get_tool(TRACE_TOOL) is None:
 
-    def hook(frame, event, arg):
-        if event == "call":
-            seen.add(frame.f_code.co_filename)
+        def start(code, offset):
+            seen.add(code.co_filename)
+            return monitoring.DISABLE  # this code object is seen: no more events for it
 
-    threading.setprofile(hook)
-    sys.setprofile(hook)
-    try:
-        value = fn()
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        monitoring.use_tool_id(TRACE_TOOL, "tools.bench.ran_sources")
+        monitoring.register_callback(TRACE_TOOL, monitoring.events.PY_START, start)
+        monitoring.set_events(TRACE_TOOL, monitoring.events.PY_START)
+        try:
+            value = fn()
+        finally:
+            monitoring.set_events(TRACE_TOOL, 0)
+            monitoring.register_callback(TRACE_TOOL, monitoring.events.PY_START, None)
+            monitoring.free_tool_id(TRACE_TOOL)
+            monitoring.restart_events()
+    else:
+
+        def hook(frame, event, arg):
+            if event == "call":
+                seen.add(frame.f_code.co_filename)
+
+        threading.setprofile(hook)
+        sys.setprofile(hook)
+        try:
+            value = fn()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
     rels = {rel for f in seen | compiled_numba_files() if (rel := _measured_rel(f))}
     return value, {rel: file_hash(ROOT / rel) for rel in sorted(rels)}
 
