@@ -24,6 +24,7 @@ import contextlib
 
 from .dispatch_key import DispatchKey
 from .dispatch_key_set import (
+    FULL_BACKEND_MASK,
     DispatchKeySet,
     after_autograd_keyset,
     autocast_dispatch_keyset,
@@ -213,22 +214,31 @@ class Dispatcher:
 
     @staticmethod
     def _key_set_of(values) -> DispatchKeySet:
-        ks = DispatchKeySet()
+        bits = 0  # on raw bits, the TLS read once (as DispatchKeyExtractor's computeDispatchKeySet)
         for v in values:
             vk = _keys_of(v)
             if vk is not None:
-                ks = ks | vk
-        return (ks | _tls.included) - _tls.excluded
+                bits |= vk.repr_
+        bits |= _tls.included.repr_
+        return DispatchKeySet.from_raw_repr(bits & (FULL_BACKEND_MASK | ~_tls.excluded.repr_))
 
     def _select(self, handle: OperatorHandle, ks: DispatchKeySet):
         entry = handle._entry
+        # c10 indexes its dispatchTable_ array with the key set's bits
+        # (getDispatchTableIndexForDispatchKeySet); retorch caches the whole walk per key set
+        # on the OperatorEntry, emptied by any change to the entry's table rows
+        hit = entry.select_cache.get(ks.repr_)
+        if hit is not None:
+            return hit
+        bits = ks.repr_
         while True:
             k = ks.highest_priority_type_id()
             kernel = entry.lookup(k)
             if kernel is None:
                 raise NotImplementedError(self._missing_kernel_message(entry, k))
             if not kernel.kernel.fallthrough:
-                return kernel.kernel, ks
+                entry.select_cache[bits] = hit = (kernel.kernel, ks)
+                return hit
             ks = ks.remove(k)  # a fallthrough: the key is skipped for this call
 
     @contextlib.contextmanager

@@ -106,6 +106,10 @@ class OperatorEntry:
         self.schema_debug = ""
         self.kernels: dict[DispatchKey, AnnotatedKernel] = {}
         self.dispatch_table: dict[DispatchKey, tuple[AnnotatedKernel | None, str]] = {}
+        #: the dispatcher's kernel choice per call key set (raw bits -> (kernel, keys after
+        #: fallthroughs)), a cache of the walk over ``dispatch_table``; every row update
+        #: empties it, as c10 keeps its ``dispatchTable_`` array in step with registrations
+        self.select_cache: dict[int, tuple] = {}
 
     # ------------------------------------------------------------------ registration
     def register_kernel(self, dispatcher, key: DispatchKey, kernel: KernelFunction, debug: str):
@@ -161,6 +165,7 @@ class OperatorEntry:
 
     def _update_entry(self, dispatcher, k: DispatchKey) -> None:
         self.dispatch_table[k] = self.compute_dispatch_table_entry_with_debug(dispatcher, k)
+        self.select_cache.clear()
 
     def update_dispatch_table(self, dispatcher, key: DispatchKey) -> None:
         """Recompute the rows a registration at ``key`` can change (``updateDispatchTable_``):
