@@ -642,3 +642,67 @@ def test_sum_reads_strided_input_in_place(monkeypatch):
     assert it.shape == [6, 10]  # the reduced dim (6 rows of x.t()) first
     assert [op.stride_bytes for op in it.operands] == [[0, 8], [80, 8]]
     assert it.operands[1].tensor.data_ptr() == x.data_ptr()
+
+
+# ---- max / amax / mean on strided inputs, in place -------------------------------------------
+STRIDED_VIEWS = {
+    "transposed": lambda t: t.transpose(0, -1),
+    "sliced": lambda t: t[..., ::2],
+    "expanded": lambda t: t.unsqueeze(1).expand(t.shape[0], 2, *t.shape[1:]),
+    "permuted": lambda t: t.permute(*range(t.dim() - 1, -1, -1))[1:],
+}
+
+
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=3).map(tuple),
+    st.sampled_from(["float32", "float64", "int64", "int32", "bool"]),
+    st.sampled_from(sorted(STRIDED_VIEWS)),
+    st.data(),
+)
+def test_max_amax_mean_of_strided_views_match_torch(shape, dtype, view, data):
+    """Values AND indices on non-contiguous inputs, with ties (values drawn from 3 integers)
+    and NaNs (first NaN wins), empty dims and every dim or several reduced."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    arr = sample(shape, "int64", rng).clip(-1, 1).astype(dtype)  # few values: many ties
+    if dtype.startswith("float") and arr.size and data.draw(st.booleans()):
+        arr.flat[rng.integers(0, arr.size, size=2)] = np.nan
+    base, tbase = pair(arr)
+    x, tx = STRIDED_VIEWS[view](base), STRIDED_VIEWS[view](tbase)
+    n = x.dim()
+    dims = data.draw(st.lists(st.integers(-n, n - 1), max_size=3).map(tuple))
+    keepdim = data.draw(st.booleans())
+    calls = [("amax", dims), ("max", None)] + [("max", d) for d in range(-n, n)]
+    if dtype.startswith("float"):
+        calls.append(("mean", dims))
+    for name, d in calls:
+        args = () if d is None else (d,)
+        kw = {} if d is None else {"keepdim": keepdim}
+        r = outcome(lambda: getattr(rt, name)(x, *args, **kw))
+        t = outcome(lambda: getattr(torch, name)(tx, *args, **kw))
+        assert r[0] == t[0], (name, d, r, t)
+        if r[0] == "error":
+            assert r[1] == t[1], (name, d)
+            continue
+        tol = {"rtol": SUM_RTOL[dtype], "atol": 1e-6} if name == "mean" else {}
+        for ours, theirs in zip(*(v if isinstance(v, tuple) else (v,) for v in (r[1], t[1]))):
+            check(ours, theirs, **tol)
+
+
+def test_max_and_amax_read_strided_input_in_place(monkeypatch):
+    """As torch's (no copy in the profile of ``x.t().amax(1)``), retorch's CPU max, amax and
+    mean of a transposed, sliced or expanded tensor run no copy kernel."""
+    from retorch.tensor.dispatch_stub import stub
+
+    copies = []
+    real = stub("copy").table["cpu"]
+    monkeypatch.setitem(stub("copy").table, "cpu", lambda it: copies.append(it) or real(it))
+    x, tx = pair(np.arange(60.0).reshape(6, 10) % 7)
+    views = (lambda t: t.t(), lambda t: t[1:, ::3], lambda t: t[:1].expand(4, 10))
+    for view in views:
+        for dim in (0, 1):
+            check(rt.amax(view(x), dim), view(tx).amax(dim))
+            for ours, theirs in zip(rt.max(view(x), dim), view(tx).max(dim)):
+                check(ours, theirs)
+            check(rt.mean(view(x), dim), view(tx).mean(dim), rtol=1e-12)
+        check(rt.max(view(x)), view(tx).max())
+    assert copies == []

@@ -390,6 +390,47 @@ def max_rows(x, out, indices, outer, inner):
         indices[r] = at
 
 
+@njit(parallel=True, **_jit)
+def max_strided(x, xo, out, indices, kshape, kstrides, rshape, rstrides):
+    """``max_rows`` reading ``x`` where it lies: output ``r`` (row-major over the kept dims
+    ``kshape``) walks the reduced dims ``rshape`` in row-major order at the input's own
+    strides, as torch's ``compare_base_kernel`` (``ReduceOpsKernel.cpp``) walks ``dim`` at
+    ``self_dim_stride``; the index is the position in that order. Nothing is copied."""
+    nk, nr = kshape.shape[0], rshape.shape[0]
+    outer, inner = 1, 1
+    for d in range(nk):
+        outer *= kshape[d]
+    for d in range(nr):
+        inner *= rshape[d]
+    for r_ in prange(outer):
+        r = np.int64(r_)
+        base, q = xo, r
+        for d in range(nk - 1, -1, -1):
+            base += (q % kshape[d]) * kstrides[d]
+            q //= kshape[d]
+        best = x[base + _row_major_offset(0, rshape, rstrides)]
+        at = 0
+        for j in range(1, inner):
+            if best != best:
+                break
+            v = x[base + _row_major_offset(j, rshape, rstrides)]
+            if v > best or v != v:
+                best = v
+                at = j
+        out[r] = best
+        indices[r] = at
+
+
+@njit(**_jit)
+def _row_major_offset(j, shape, strides):
+    """Element offset of linear index ``j`` over ``shape`` (last dim fastest)."""
+    off = 0
+    for d in range(shape.shape[0] - 1, -1, -1):
+        off += (j % shape[d]) * strides[d]
+        j //= shape[d]
+    return off
+
+
 # ---- matmul ---------------------------------------------------------------------------------
 _BLOCK = 64  # rows of ``a`` per parallel task, and columns of the output per tile
 _R = 4  # the register block: _R rows of ``a`` times _R rows of ``bt``
@@ -575,6 +616,23 @@ def sum_kernel(it):
 @stub("max").register("cpu")
 def max_kernel(x, values, indices, outer, inner):
     _pick(max_rows, x.numel())(_flat(x), _flat(values), _flat(indices), outer, inner)
+
+
+@stub("max_strided").register("cpu")
+def max_strided_kernel(x, values, indices, kept, gone):
+    """``values``/``indices`` (contiguous, one element per kept index) of ``x`` reduced over
+    the dims ``gone``, read at ``x``'s own strides."""
+    impl = x._impl
+    arr = impl.storage.typed(impl.dtype.np)
+    shape, strides = list(x.shape) or [1], list(x.stride()) or [1]
+
+    def arrays(dims):
+        return (np.array([shape[d] for d in dims], dtype=np.int64),
+                np.array([strides[d] for d in dims], dtype=np.int64))  # fmt: skip
+
+    (ks, kst), (rs, rst) = arrays(kept), arrays(gone)
+    loop = _pick(max_strided, x.numel())
+    loop(arr, impl.storage_offset, _flat(values), _flat(indices), ks, kst, rs, rst)
 
 
 @stub("bmm").register("cpu")

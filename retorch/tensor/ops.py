@@ -533,7 +533,8 @@ def mean(x, dim=None, keepdim=False):
             "or complex dtype. Got: "
             + (f"torch.{x.dtype.name}" if x.device == "meta" else x.dtype.scalar_name)
         )
-    _, _, inner, _ = _reduce_layout(x, dim, keepdim, "mean")
+    sizes = list(x.shape) or [1]
+    inner = math.prod(sizes[d] for d in _reduced_dims(x, dim)[1])  # no copy of x to count
     # sum, then divide in place, as ATen's mean_out: `at::sum_out(result, ...).div_(dim_prod)`
     # (so the result keeps the sum's contiguous layout, also where it has no elements)
     result = sum(x, dim, keepdim)
@@ -541,11 +542,44 @@ def mean(x, dim=None, keepdim=False):
 
 
 def _max_impl(x, dim, keepdim, name):
+    """On the CPU the input is read in place, at its own strides (torch's ``max`` and
+    ``amax`` copy nothing either); on CUDA and meta the reduced dims are moved last and
+    made contiguous first."""
+    if x.device == "cpu":
+        return _max_in_place(x, dim, keepdim, name)
     xp, outer, inner, shape = _reduce_layout(x, dim, keepdim, name)
     values = empty_generic(shape, x.dtype, x.device)
     indices = empty_generic(shape, int64, x.device)
     if outer:
         stub("max")(x.device, xp, values, indices, outer, inner)
+    return values, indices
+
+
+def _reduced_dims(x, dim):
+    """(kept dims, reduced dims) of ``x`` (a 0-d tensor counts as one dim of size 1)."""
+    n = x.dim()
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        reduced = [True] * _py_max(n, 1)
+    else:
+        reduced = dim_list_to_bitset(dim if isinstance(dim, (tuple, list)) else (dim,), n)
+    reduced = reduced if n else [True]
+    return ([d for d in range(len(reduced)) if not reduced[d]],
+            [d for d in range(len(reduced)) if reduced[d]])  # fmt: skip
+
+
+def _max_in_place(x, dim, keepdim, name):
+    if x.numel() == 0:
+        _zero_numel_check_dims(x, dim, name)
+    kept, gone = _reduced_dims(x, dim)
+    n, sizes = x.dim(), list(x.shape)
+    if keepdim and n:
+        shape = tuple(sizes[d] if d in kept else 1 for d in range(n))
+    else:
+        shape = tuple(sizes[d] for d in kept) if n else ()
+    values = empty_generic(shape, x.dtype, x.device)
+    indices = empty_generic(shape, int64, x.device)
+    if values.numel():
+        stub("max_strided")(x.device, x, values, indices, kept, gone)
     return values, indices
 
 
