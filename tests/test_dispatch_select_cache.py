@@ -6,6 +6,7 @@ the walk from a call's key set to its kernel on the OperatorEntry. Each case cal
 a TLS guard entered and left), and calls again, beside torch doing the same.
 """
 
+import pytest
 import torch
 import torch.library
 
@@ -92,3 +93,30 @@ def test_a_dispatch_trace_still_records_every_call_when_the_choice_is_cached():
     finally:
         tlib._destroy()
         rl._destroy()
+
+
+def test_keys_read_without_binding_only_where_binding_could_not_fail():
+    """A call with every positional argument and no keyword skips the stack; any other call
+    binds, so misuse raises as torch's, and so does a call once the schema is gone."""
+    d = Dispatcher.singleton()
+    tdef, rdef = torch.library.Library(NS, "FRAGMENT"), rlib.Library(NS, "FRAGMENT")
+    tdef.define("two(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")
+    rdef.define("two(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")
+    rimpl = rlib.Library(NS, "FRAGMENT")
+    rimpl.impl("two", lambda a, b, alpha=1: 7, "CPU")
+    try:
+        ours, theirs = d.find_schema_or_throw(f"{NS}::two"), getattr(torch.ops, NS).two.default
+        assert ours(FakeCPU(), FakeCPU()) == 7
+        for bad in [(FakeCPU(),), (FakeCPU(), FakeCPU(), FakeCPU())]:
+            with pytest.raises(TypeError) as ours_e:
+                ours(*bad)
+            with pytest.raises(RuntimeError):  # torch's C++ binding: a RuntimeError
+                theirs(*[torch.ones(1)] * len(bad))
+            assert "argument" in str(ours_e.value)
+        rdef._destroy()
+        with pytest.raises(RuntimeError, match="has kernels but no schema"):
+            ours(FakeCPU(), FakeCPU())
+    finally:
+        tdef._destroy()
+        rdef._destroy()
+        rimpl._destroy()

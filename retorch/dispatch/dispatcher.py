@@ -37,11 +37,15 @@ from .operator_entry import AnnotatedKernel, KernelFunction, OperatorEntry, fall
 class OperatorHandle:
     """What ``findSchemaOrThrow`` returns: call it, box it, redispatch it, read its table."""
 
-    __slots__ = ("_entry", "_dispatcher", "_tensor_args")
+    __slots__ = ("_entry", "_dispatcher", "_tensor_args", "_full_arity", "_positional_tensors")
 
     def __init__(self, dispatcher: Dispatcher, entry: OperatorEntry) -> None:
         self._dispatcher, self._entry = dispatcher, entry
         self._tensor_args = None
+        # a call with exactly these many positional arguments and no keywords binds to a
+        # valid stack (every keyword-only argument has a default): its keys are read from
+        # the positional tensors without building the stack (DispatchKeyExtractor's bitset)
+        self._full_arity, self._positional_tensors = -1, ()
 
     @property
     def name(self) -> str:
@@ -145,9 +149,14 @@ class Dispatcher:
             )
         entry.schema, entry.schema_debug = schema, debug
         handle._tensor_args = tuple(i for i, a in enumerate(schema.arguments) if a.is_tensor_like)
+        n = len(schema.positional)
+        if all(a.has_default for a in schema.arguments[n:]):
+            handle._full_arity = n
+            handle._positional_tensors = tuple(i for i in handle._tensor_args if i < n)
 
         def undo() -> None:
             entry.schema, entry.schema_debug = None, ""
+            handle._full_arity, handle._positional_tensors = -1, ()  # calls bind, which raises
             self._cleanup(schema.operator_name)
 
         return undo
@@ -204,6 +213,8 @@ class Dispatcher:
         """The call's keys: tensor arguments' keys, plus TLS included, minus TLS excluded."""
         if handle._tensor_args is None:  # no schema: every argument may carry keys
             return self._key_set_of(list(args) + list(kwargs.values()))
+        if not kwargs and len(args) == handle._full_arity:
+            return self._key_set_of([args[i] for i in handle._positional_tensors])
         stack = handle.schema.bind(args, kwargs)
         return self._key_set_of([stack[i] for i in handle._tensor_args])
 
