@@ -24,6 +24,7 @@ simulator's default stream (it has no external streams) and the attributes are f
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 from numba import cuda
@@ -64,10 +65,10 @@ _STREAMS: dict[int, object] = {}
 
 def torch_stream_handle() -> int:
     """The handle (``cudaStream_t`` as an int) of torch's current stream; 0, the legacy
-    default stream, where torch has no CUDA."""
-    import torch
-
-    if rcuda.simulator_enabled() or not torch.cuda.is_available():
+    default stream, where torch has no CUDA or is not loaded (retorch.tensor runs without torch:
+    a process that never imported torch has no torch stream to follow)."""
+    torch = sys.modules.get("torch")
+    if torch is None or rcuda.simulator_enabled() or not torch.cuda.is_available():
         return 0
     return torch.cuda.current_stream().cuda_stream
 
