@@ -38,6 +38,7 @@ READ_IN_SOURCE = {
     "aten/src/ATen/native/cuda/MultiTensorApply.cuh": "multi_tensor_apply, depth_to_max_tensors",
     "aten/src/ATen/native/cuda/fused_adam_utils.cuh": "FusedAdamMathFunctor",
     "aten/src/ATen/native/cuda/fused_adam_impl.cu": "_fused_adam_cuda_impl_",
+    "aten/src/ATen/cuda/CUDAContext.cpp": "getDeviceProperties caches cudaDeviceProp per device",
     "aten/src/ATen/native/cuda/Blas.cpp": "addmm_out_cuda_impl (cuBLAS gemm)",
     "c10/cuda/CUDACachingAllocator.cpp": "DeviceCachingAllocator, round_size, BlockPool",
     "torch/csrc/cuda/Module.cpp": "_cuda_memoryStats, memory_snapshot bindings",

@@ -1,7 +1,7 @@
 """Boxing and unboxing, and the BackendSelect key of the factory functions.
 
-Mirrors ``c10/core/boxing/KernelFunction.h`` (a kernel held both ways),
-``c10/core/boxing/impl/make_boxed_from_unboxed_functor.h`` (an unboxed kernel wrapped so a
+Mirrors ``aten/src/ATen/core/boxing/KernelFunction.h`` (a kernel held both ways),
+``aten/src/ATen/core/boxing/impl/make_boxed_from_unboxed_functor.h`` (an unboxed kernel wrapped so a
 boxed caller can call it), ``aten/src/ATen/core/dispatch/Dispatcher.h`` (``callBoxed``),
 ``aten/src/ATen/core/BackendSelectFallbackKernel.cpp`` (BackendSelect is a fallthrough for
 every operator) and the generated ``RegisterBackendSelect.cpp`` (a kernel for each factory,
@@ -24,7 +24,7 @@ from .operator_entry import KernelFunction
 
 def box(schema: FunctionSchema, args: tuple, kwargs: dict) -> list:
     """The stack of a call: every argument in schema order, defaults filled in
-    (``boxArgs`` in ``c10/core/boxing/impl/boxing.h``)."""
+    (``boxArgs`` in ``aten/src/ATen/core/boxing/impl/boxing.h``)."""
     return schema.bind(args, kwargs)
 
 
