@@ -222,105 +222,100 @@ def check_view_dtype(cmp, view_dtype_meta):
 
 
 # ---- exercise 4 -------------------------------------------------------------------------------
-def strided_add(a, b, infer_size, broadcast_strides):
-    """a + b by a loop that reads both operands through the student's broadcast_strides."""
-    shape = infer_size(tuple(a.shape), tuple(b.shape))
-    sa = broadcast_strides(tuple(a.shape), a.stride(), shape)
-    sb = broadcast_strides(tuple(b.shape), b.stride(), shape)
-    fa = a.as_strided((a.untyped_storage().nbytes() // 4,), (1,), 0)
-    fb = b.as_strided((b.untyped_storage().nbytes() // 4,), (1,), 0)
-    out = torch.empty(shape)
-    for idx in itertools.product(*(range(n) for n in shape)):
-        ia = a.storage_offset() + sum(i * s for i, s in zip(idx, sa))
-        ib = b.storage_offset() + sum(i * s for i, s in zip(idx, sb))
-        out[idx] = fa[ia] + fb[ib]
-    return out
+def outcome(fn):
+    """What ``fn()`` gives: its value, or ``"Type: message"`` for an exception it raises."""
+    try:
+        return fn()
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001  (which exception, and its message, is compared)
+        return f"{type(e).__name__}: {e}"
 
 
-def check_broadcast(cmp, infer_size, broadcast_strides):
+def expand_cases():
+    """(tensor, target sizes): every rule of ``inferExpandGeometry`` where a usual mistake
+    gives another answer; the misuses last."""
+    x = torch.arange(24.0).view(2, 3, 4)[:, ::2, 1:]  # (2, 2, 3), strides (12, 8, 1), offset 1
+    y = torch.arange(6.0).view(3, 1, 2)  # a size-1 dim in the middle
+    odd = torch.arange(10.0).as_strided((2, 1, 3), (5, 7, 1))  # a size-1 dim of stride 7
+    col = torch.arange(12.0).view(3, 4).t()[:, :1]  # transposed: (4, 1), strides (1, 4)
+    row = torch.arange(3.0).view(1, 3)
+    empty = torch.empty(2, 0, 3)
+    scalar = torch.tensor(3.0)
+    return [
+        (x, (5, 2, 2, 3)), (x, (1, 2, 2, 3)), (x, (3, 1, 2, 2, 3)), (x, (-1, -1, -1)),
+        (x, (2, -1, 3)), (x, (0, 2, 2, 3)), (y, (3, 0, 2)), (y, (3, 5, 2)), (y, (4, 3, 5, 2)),
+        (y, (3, -1, 2)), (y, (1, 3, 4, 2)), (odd, (2, 1, 3)), (odd, (1, 2, 1, 3)),
+        (odd, (2, 2, 4, 3)), (col, (2, 4, 5)), (col, (1, 4, 1)), (row, (1, 4, 3)),
+        (row, (2, 1, 1, 3)), (empty, (2, 0, 3)), (empty, (4, 2, 0, 3)), (empty, (1, 2, 0, 3)),
+        (scalar, (2, 1)), (scalar, (1, 1, 3)), (scalar, ()),
+        # misuse
+        (x, (2, 4, 3)), (x, (1, 2, 2, 3, 1)), (x, (-1, 2, 2, 3)), (y, (2, 1, 2)),
+        (x, (2, -2, 3)), (empty, (2, 5, 3)), (y, (5, -1, 3, 1, 2)), (x, (-1, 5, 2, 3)),
+        (x, (2, 2)), (y, (2,)),
+    ]  # fmt: skip
+
+
+def check_expand(cmp, expand_geometry):
     hint = (
-        "align shapes from the right, missing dims are 1; a dim of size 1 (or a missing "
-        "one) reads with stride 0"
+        "line the dims up from the right (view dim i is t's dim i - (len(target) - t.dim())); "
+        "-1 keeps t's size; an equal size keeps the stride (a size-1 dim too); a size-1 dim "
+        "that grows gets stride 0; a new leading dim starts as size 1 with stride "
+        "out_sizes[i + 1] * out_strides[i + 1] of the view (after that dim was expanded); "
+        "a 0-d tensor gets strides all 0; errors: RuntimeError with torch's message, dims "
+        "counted in the view"
     )
-    pairs = [((3, 1, 5), (4, 1)), ((2, 3), (3,)), ((1,), (2, 4)), ((5, 1), (1, 6)),
-             ((), (2, 3)), ((2, 0, 3), (1, 3))]  # fmt: skip
-    for sa, sb in pairs:
-        got = cmp.call(lambda: infer_size(sa, sb), f"infer_size({sa}, {sb}) ran", hint)
-        cmp.equal(tuple(got), tuple(torch.broadcast_shapes(sa, sb)), f"infer_size({sa}, {sb})",
-                  hint)  # fmt: skip
-        check_int_tuple(cmp, got, f"infer_size({sa}, {sb})")
-    cmp.raises(
-        lambda: infer_size((2, 3), (4, 3)),
-        RuntimeError,
-        "infer_size((2, 3), (4, 3)) (torch raises RuntimeError)",
-        hint,
-    )
-    cmp.raises(
-        lambda: infer_size((3, 1, 5), (4, 1, 1)),
-        RuntimeError,
-        "infer_size((3, 1, 5), (4, 1, 1)) (torch raises RuntimeError)",
-        hint,
-    )
-    cmp.raises(
-        lambda: infer_size((2, 0, 3), (2, 3)),
-        RuntimeError,
-        "infer_size((2, 0, 3), (2, 3)) (torch raises RuntimeError)",
-        "only a size of 1 stretches: 0 is a size like any other, and 0 against 2 is an "
-        "error (test x != 1 and y != 1, not x > 1 and y > 1)",
-    )
-    base = torch.arange(60.0)
-    operands = [(base[:15].view(3, 1, 5), base[20:24].view(4, 1)),
-                (base.view(5, 12).t()[2:5], base[:5] * 10),  # transposed (3, 5) and (5,)
-                (base[40:42].view(2, 1, 1), base[:12].view(3, 4)[:, ::2].t())]  # fmt: skip
-    for a, b in operands:
-        what = f"{tuple(a.shape)} (strides {a.stride()}) + {tuple(b.shape)} (strides {b.stride()})"
-        shape = tuple(torch.broadcast_shapes(a.shape, b.shape))
-        for x in (a, b):
-            call = f"broadcast_strides({tuple(x.shape)}, {x.stride()}, {shape})"
-            got = cmp.call(lambda: broadcast_strides(tuple(x.shape), x.stride(), shape),
-                           call + " ran", hint)  # fmt: skip
-            check_int_tuple(cmp, got, call)
-        got = cmp.call(lambda: strided_add(a, b, infer_size, broadcast_strides),
-                       f"the strided loop over {what} ran", hint)  # fmt: skip
-        cmp.equal(got, torch.add(a, b), f"{what}, read through your strides", hint)
+    for t, target in expand_cases():
+        what = (
+            f"expand_geometry({tuple(t.shape)}, {t.stride()}, {target}), as "
+            f"t.expand({', '.join(map(str, target))}) of sizes {tuple(t.shape)}, strides "
+            f"{t.stride()}"
+        )
+        want = outcome(lambda: (tuple(t.expand(target).shape), t.expand(target).stride()))
+        got = outcome(lambda: expand_geometry(tuple(t.shape), t.stride(), target))
+        if isinstance(want, str) and "the number of sizes provided" in want:
+            tail = want[want.index("the number of sizes provided") :]
+            torch_says = want
+            want = f"RuntimeError: {tail}"  # torch writes the tensor's type in front
+            if isinstance(got, str) and got.startswith("RuntimeError: ") and got.endswith(tail):
+                got = want
+            what += f" (torch: {torch_says})"
+        if isinstance(got, (tuple, list)) and len(got) == 2:
+            check_int_tuple(cmp, got[0], f"the sizes of {what}")
+            check_int_tuple(cmp, got[1], f"the strides of {what}")
+            got = tuple(tuple(v) for v in got)
+        cmp.equal(got, want, what, hint)
+        if not isinstance(want, str):  # the values read through your strides are torch's
+            seen = t.as_strided(*got, t.storage_offset())
+            cmp.equal(seen.tolist(), t.expand(target).tolist(), what + ": values", hint)
 
 
 # ---- exercise 5 -------------------------------------------------------------------------------
 _LOCK = threading.Lock()
 
 
-def _rules(tile):
-    """What an access by thread (tx, ty) may touch, as the exercise lays the tiles out."""
-    return {
-        "a": lambda key, t, write: key[1] % tile == t.x,
-        "b": lambda key, t, write: key[1] % tile == t.x,
-        "c": lambda key, t, write: key[1] % tile == t.x,
-        "sa": lambda key, t, write: key[0] == t.y and (not write or key[1] == t.x),
-        "sb": lambda key, t, write: key[1] == t.x and (not write or key[0] == t.y),
-    }
-
-
 class Watched:
     """An array for the simulator (which runs each CUDA thread as a Python thread) that checks
-    every access against the exercise's layout and counts each thread's stores."""
+    every access with ``log["rule"]`` and counts the accesses to each element."""
 
     def __init__(self, array, name, log, prefix=()):
         self.array, self.name, self.log, self.prefix = array, name, log, prefix
-        self.shape = array.shape[len(prefix) :]
+        self.shape, self.dtype = array.shape[len(prefix) :], array.dtype
 
     def _access(self, key, write):
         key = self.prefix + (key if isinstance(key, tuple) else (key,))
         if len(key) < self.array.ndim:  # a[i] first, [j] next
             return Watched(self.array, self.name, self.log, key)
         t = threading.current_thread()
+        key = tuple(int(k) for k in key)
         with _LOCK:  # the simulated threads run at once
-            if write:
-                self.log["stores"][self.name, tuple(t.blockIdx), tuple(t.threadIdx)] += 1
-            allowed = self.log["rules"][self.name](key, t.threadIdx, write)
-            if not allowed and len(self.log["wrong"]) < 3:
+            self.log["count"][self.name, write, tuple(t.blockIdx), key] += 1
+            barriers = self.log["barriers"][tuple(t.blockIdx), tuple(t.threadIdx)]
+            wrong = self.log["rule"](self.name, key, t.threadIdx, write, barriers)
+            if wrong and len(self.log["wrong"]) < 3:
                 verb = "writes" if write else "reads"
                 self.log["wrong"].append(f"thread (x={t.threadIdx.x}, y={t.threadIdx.y}) "
-                                         f"{verb} {self.name}{list(key)}")  # fmt: skip
+                                         f"{verb} {self.name}{list(key)}: {wrong}")  # fmt: skip
         return key
 
     def __getitem__(self, key):
@@ -331,9 +326,33 @@ class Watched:
         self.array[self._access(key, True)] = value
 
 
-def watched_shared(log):
-    """A stand-in for the simulator's cuda.shared.array that hands out Watched arrays: one per
-    line of the kernel, as the simulator does, the first made named sa and the second sb."""
+def _transpose_rule(tile):
+    """What thread (tx, ty) may do to element ``key`` of ``name`` after ``barriers`` barriers:
+    a reason why not, or ``""``."""
+
+    def rule(name, key, t, write, barriers):
+        if name == "a":
+            if write:
+                return "a is only read"
+            return "" if key[1] % tile == t.x else f"not column {t.x} of a tile"
+        if name == "out":
+            if not write:
+                return "out is only written"
+            return "" if key[1] % tile == t.x else f"not column {t.x} of a tile"
+        if key[0] != t.x and key[1] != t.x:
+            return f"neither row nor column {t.x} of the tile"
+        if write and barriers != 0:
+            return "a store into the tile after the barrier"
+        if not write and barriers != 1:
+            return f"a load from the tile after {barriers} barriers (store, barrier, load)"
+        return ""
+
+    return rule
+
+
+def watched_tile(log):
+    """A stand-in for the simulator's cuda.shared.array that hands out one Watched array per
+    kernel line, as the simulator does (one per block), filled with NaN, its shapes logged."""
     made = {}
 
     def array(self, shape, dtype, alignment=None):
@@ -341,91 +360,117 @@ def watched_shared(log):
         key = (id(self), caller.f_code, caller.f_lineno)
         with _LOCK:
             if key not in made:
-                made[key] = Watched(np.zeros(shape, dtype), ("sa", "sb")[len(made)], log)
+                shape = tuple(shape) if isinstance(shape, tuple) else (shape,)
+                log["tiles"].append((shape, np.dtype(dtype).name))
+                made[key] = Watched(np.full(shape, np.nan, dtype), "tile", log)
             return made[key]
 
     return array
 
 
-def launch(k, a, b, tile, log=None):
+def launch_transpose(k, a, tile, rows, log=None):
+    """``out = a.T`` by kernel ``k`` on a ``(ceil(N / tile), ceil(M / tile))`` grid of
+    ``(tile, rows)`` blocks; with ``log``, under the simulator with every access watched."""
     from numba.core.errors import NumbaPerformanceWarning
+    from numba.cuda.simulator.kernel import BlockThread
     from numba.cuda.simulator.kernelapi import FakeCUDAShared
 
-    c = np.full((a.shape[0], b.shape[1]), np.nan, dtype=np.float32)
-    grid = ((b.shape[1] + tile - 1) // tile, (a.shape[0] + tile - 1) // tile)
-    args, real = (a, b, c), FakeCUDAShared.array
+    out = np.full((a.shape[1], a.shape[0]), np.nan, dtype=a.dtype)
+    grid = ((a.shape[1] + tile - 1) // tile, (a.shape[0] + tile - 1) // tile)
+    args, shared, sync = (a, out), FakeCUDAShared.array, BlockThread.syncthreads
     if log is not None:
-        args = [Watched(x, name, log) for x, name in zip(args, "abc")]
-        FakeCUDAShared.array = watched_shared(log)
+        args = [Watched(x, name, log) for x, name in zip(args, ("a", "out"))]
+        FakeCUDAShared.array = watched_tile(log)
+
+        def counted(self):
+            with _LOCK:
+                log["barriers"][tuple(self.blockIdx), tuple(self.threadIdx)] += 1
+            sync(self)
+
+        BlockThread.syncthreads = counted
     try:
         with warnings.catch_warnings():  # on a GPU: a small grid, host arrays copied (fine)
             warnings.simplefilter("ignore", NumbaPerformanceWarning)
-            k[grid, (tile, tile)](*args)
+            k[grid, (tile, rows)](*args)
     finally:
-        FakeCUDAShared.array = real
-    return torch.from_numpy(c)
+        FakeCUDAShared.array, BlockThread.syncthreads = shared, sync
+    return torch.from_numpy(out)
 
 
-def stores_per_tile(log, a, b, tile):
-    """The first thread that did not store into sa and sb once per tile, or None."""
-    tiles = (a.shape[1] + tile - 1) // tile
-    blocks = [(x, y, 0) for y in range((a.shape[0] + tile - 1) // tile)
-              for x in range((b.shape[1] + tile - 1) // tile)]  # fmt: skip
-    for name in ("sa", "sb"):
-        for block in blocks:
-            for thread in [(x, y, 0) for y in range(tile) for x in range(tile)]:
-                n = log["stores"][name, block, thread]
-                if n != tiles:
-                    times = "once" if n == 1 else f"{n} times"
-                    return (
-                        f"thread (x={thread[0]}, y={thread[1]}) of block {block[:2]} stored "
-                        f"into {name} {times}, not once per tile ({tiles} tiles)"
-                    )
+def _counts(log, a, tile, rows):
+    """The first number of ``a`` not read once, of ``out`` not written once, or thread that
+    did not reach the barrier once; or None."""
+    m, n = a.shape
+    reads, writes = Counter(), Counter()
+    for (name, write, _, key), c in log["count"].items():
+        if name == "a" and not write:
+            reads[key] += c
+        elif name == "out" and write:
+            writes[key] += c
+    for what, counts, shape in [("a[{}] was read", reads, (m, n)),
+                                ("out[{}] was written", writes, (n, m))]:  # fmt: skip
+        for key in itertools.product(*(range(s) for s in shape)):
+            if counts[key] != 1:
+                return what.format(", ".join(map(str, key))) + f" {counts[key]} times, not once"
+    blocks = itertools.product(range((n + tile - 1) // tile), range((m + tile - 1) // tile))
+    for bx, by in blocks:
+        for tx, ty in itertools.product(range(tile), range(rows)):
+            got = log["barriers"][(bx, by, 0), (tx, ty, 0)]
+            if got != 1:
+                return (f"thread (x={tx}, y={ty}) of block ({bx}, {by}) reached "
+                        f"cuda.syncthreads() {got} times, not once")  # fmt: skip
     return None
 
 
-def check_tiled_matmul(cmp, matmul_tiled, tile):
+def check_tiled_transpose(cmp, transpose_tiled, tile, rows):
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     import retorch.cuda
 
     hint = (
-        "i = blockIdx.y*TILE + ty, j = blockIdx.x*TILE + tx; for each of the "
-        "(K + TILE - 1) // TILE tiles: sa[ty, tx] = a[i, k + tx] and sb[ty, tx] = "
-        "b[k + ty, j] (0 when either index is past the end), syncthreads, add "
-        "sa[ty, kk] * sb[kk, tx] for kk in range(TILE), syncthreads; then c[i, j] = acc "
-        "only when i < M and j < N"
+        "block (bx, by) copies a's rows by*TILE.. and columns bx*TILE..; thread (tx, ty) "
+        "stores tile[r, tx] = a[by*TILE + r, bx*TILE + tx] for r in range(ty, TILE, ROWS) "
+        "when both indices are inside a, syncthreads, then writes out[bx*TILE + r, by*TILE "
+        "+ tx] = tile[tx, r] when both are inside out (N x M); the tile is "
+        "(TILE, TILE + 1) of a.dtype"
     )
     layout = (
-        "x picks the column: thread (tx, ty) reads a[i, k + tx] and b[k + ty, j], "
-        "writes c[i, j], stores sa[ty, tx] and sb[ty, tx], reads sa[ty, kk] and "
-        "sb[kk, tx]; another layout makes a warp's threads touch different rows of a, b "
-        "or c (not coalesced) or different words of one bank of sa or sb"
+        "x picks the column of every global access (thread tx reads column ...+tx of a and "
+        "writes column ...+tx of out, coalesced); the tile is stored along a row and loaded "
+        "along a column (or the other way round), stores before the one barrier, loads after"
     )
     steps = (
-        "loop over the (K + TILE - 1) // TILE tiles; in each, every thread, even one "
-        "outside c, stores its element of both tiles once (no early return, no extra "
-        "stores) and reaches both barriers; only the write of c is guarded"
+        "each thread copies the rows ty, ty + ROWS, ... of the tile (TILE // ROWS of them), "
+        "skips only what is outside a or out, never returns before cuda.syncthreads(), "
+        "and calls it once"
     )
     gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(11, 13, generator=gen), torch.randn(13, 10, generator=gen)
-    emulated = FakeCUDAKernel(matmul_tiled.py_func, device=False)
-    log = {"wrong": [], "stores": Counter(), "rules": _rules(tile)}
-    got = cmp.call(lambda: launch(emulated, a.numpy(), b.numpy(), tile, log),
-                   "matmul_tiled emulated on (11, 13) @ (13, 10)", hint)  # fmt: skip
-    cmp.equal(log["wrong"], [], "accesses that break the layout (the first 3)", layout)
-    cmp.equal(stores_per_tile(log, a, b, tile), None, "stores into the shared tiles", steps)
-    cmp.close(got, a @ b, "(11, 13) @ (13, 10), emulated", hint, rtol=1e-5, atol=1e-5)
+    emulated = FakeCUDAKernel(transpose_tiled.py_func, device=False)
+    for (m, n), dtype in [((11, 13), torch.float32), ((3, 17), torch.float64)]:
+        a = torch.randn(m, n, generator=gen, dtype=dtype)
+        what = f"transpose_tiled emulated on a ({m}, {n}) {str(dtype).removeprefix('torch.')}"
+        log = {"wrong": [], "count": Counter(), "barriers": Counter(), "tiles": [],
+               "rule": _transpose_rule(tile)}  # fmt: skip
+        got = cmp.call(lambda: launch_transpose(emulated, a.numpy(), tile, rows, log),
+                       what + " ran", hint)  # fmt: skip
+        cmp.equal(log["tiles"], [((tile, tile + 1), a.numpy().dtype.name)],
+                  f"the shared arrays {what} made (shape, dtype)",
+                  "one tile, (TILE, TILE + 1): a padded row puts each number of a column in "
+                  "another bank; dtype=a.dtype")  # fmt: skip
+        cmp.equal(log["wrong"], [], f"accesses that break the layout (the first 3), {what}",
+                  layout)  # fmt: skip
+        cmp.equal(_counts(log, a, tile, rows), None, f"reads, writes and barriers, {what}",
+                  steps)  # fmt: skip
+        cmp.equal(got, a.T.contiguous(), what, hint)
     where = "GPU" if not retorch.cuda.simulator_enabled() else "simulator"
-    for m, k, n in [(9, 17, 6), (8, 8, 16), (9, 70, 6)]:
-        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
-        got = cmp.call(
-            lambda: launch(matmul_tiled, a.numpy(), b.numpy(), tile),
-            f"matmul_tiled on ({m}, {k}) @ ({k}, {n}) on the {where}",
-            hint,
-        )
-        cmp.close(got, a @ b, f"({m}, {k}) @ ({k}, {n}) on the {where}", hint, rtol=1e-5,
-                  atol=1e-5)  # fmt: skip
+    for (m, n), dtype in [((1, 9), torch.float32), ((9, 1), torch.float64),
+                          ((16, 8), torch.float32), ((17, 3), torch.float64),
+                          ((1, 1), torch.float32)]:  # fmt: skip
+        a = torch.randn(m, n, generator=gen, dtype=dtype)
+        what = f"transpose_tiled on a ({m}, {n}) {str(dtype).removeprefix('torch.')} on the {where}"
+        got = cmp.call(lambda: launch_transpose(transpose_tiled, a.numpy(), tile, rows),
+                       what + " ran", hint)  # fmt: skip
+        cmp.equal(got, a.T.contiguous(), what, hint)
 
 
 # ---- exercise 6 -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Used by ``tools/check_wrong_answers.py 04_tensor_lab``. Each entry replaces the BEGIN/END
 SOLUTION region(s) of the exercise's solution cell (exercise 2's cell has two: unfold_meta,
-diagonal_meta; exercise 4's two: infer_size, broadcast_strides).
+diagonal_meta; exercise 4's one: expand_geometry).
 """
 
 _CL = """\
@@ -62,69 +62,74 @@ new_strides = (*(s // r for s in strides[:-1]), 1)
 return new_sizes, new_strides, offset // r
 """
 
-_INFER = """\
-n = max(len(a), len(b))
-a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-out = []
-for k, (x, y) in enumerate(zip(a, b)):
-    if x != y and x != 1 and y != 1:
-        raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b "
-                           f"({y}) at non-singleton dimension {k}")
-    out.append(y if x == 1 else x)
-return tuple(out)
+_EX = """\
+ndim, tdim = len(target), len(sizes)
+if ndim < tdim:
+    raise RuntimeError(f"the number of sizes provided ({ndim}) must be greater or equal to "
+                       f"the number of dimensions in the tensor ({tdim})")
+if tdim == 0:
+    return tuple(target), (0,) * ndim
+out_sizes, out_strides = [0] * ndim, [0] * ndim
+for i in range(ndim - 1, -1, -1):
+    d = i - (ndim - tdim)  # t's dim under the view's dim i (< 0: a new leading dim)
+    size = sizes[d] if d >= 0 else 1
+    stride = strides[d] if d >= 0 else out_sizes[i + 1] * out_strides[i + 1]
+    want = target[i]
+    if want == -1:
+        if d < 0:
+            raise RuntimeError(f"The expanded size of the tensor (-1) isn't allowed in a "
+                               f"leading, non-existing dimension {i}")
+        want = size
+    if size != want:
+        if size != 1:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({want}) must match the existing size "
+                f"({size}) at non-singleton dimension {i}.  Target sizes: {list(target)}.  "
+                f"Tensor sizes: {list(sizes)}")
+        size, stride = want, 0
+    out_sizes[i], out_strides[i] = size, stride
+return tuple(out_sizes), tuple(out_strides)
 """
 
-_BSTRIDES = """\
-lead = len(out_shape) - len(sizes)
-return tuple(0 if k < lead or sizes[k - lead] == 1 else strides[k - lead]
-             for k in range(len(out_shape)))
-"""
 
-_TILED = """\
-tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-i = cuda.blockIdx.y * TILE + ty
-j = cuda.blockIdx.x * TILE + tx
-acc = np.float32(0)
-for t in range((a.shape[1] + TILE - 1) // TILE):
-    k = t * TILE
-    sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx < a.shape[1] else 0
-    sb[ty, tx] = b[k + ty, j] if k + ty < b.shape[0] and j < b.shape[1] else 0
-    cuda.syncthreads()
-    for kk in range(TILE):
-        acc += sa[ty, kk] * sb[kk, tx]
-    cuda.syncthreads()
-if i < c.shape[0] and j < c.shape[1]:
-    c[i, j] = acc
-"""
-# The same kernel with the thread indices the other way round (rows from threadIdx.x): right
-# values, but a warp's threads touch different rows, so its accesses are not coalesced.
-_TILED_ROWS_FROM_X = (
-    _TILED.replace("i = cuda.blockIdx.y * TILE + ty", "i = cuda.blockIdx.y * TILE + tx")
-    .replace("j = cuda.blockIdx.x * TILE + tx", "j = cuda.blockIdx.x * TILE + ty")
-    .replace(
-        "sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx",
-        "sa[tx, ty] = a[i, k + ty] if i < a.shape[0] and k + ty",
-    )
-    .replace("sb[ty, tx] = b[k + ty, j] if k + ty", "sb[tx, ty] = b[k + tx, j] if k + tx")
-    .replace("acc += sa[ty, kk] * sb[kk, tx]", "acc += sa[tx, kk] * sb[kk, ty]")
-)
-
-
-def _r(*pairs):
-    """The solution of exercise 5 with each (old, new) replacement made (old must be there)."""
-    s = _TILED
+def _ex(*pairs):
+    """The solution of exercise 4 with each (old, new) replacement made (old must be there)."""
+    s = _EX
     for old, new in pairs:
         assert old in s, old
         s = s.replace(old, new)
     return s
 
 
-_LOAD_A = "sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx < a.shape[1] else 0"
-_LOAD_B = "sb[ty, tx] = b[k + ty, j] if k + ty < b.shape[0] and j < b.shape[1] else 0"
-_ACC = "acc += sa[ty, kk] * sb[kk, tx]"
-_NTILES = "range((a.shape[1] + TILE - 1) // TILE)"
-_STORE = "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc"
-_SYNC1 = "    cuda.syncthreads()\n    for kk"
+_NEW_STRIDE = "else out_sizes[i + 1] * out_strides[i + 1]"
+
+_TR = """\
+tile = cuda.shared.array((TILE, TILE + 1), dtype=a.dtype)
+tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE  # the tile's corner in a
+for r in range(ty, TILE, ROWS):
+    if row0 + r < a.shape[0] and col0 + tx < a.shape[1]:
+        tile[r, tx] = a[row0 + r, col0 + tx]
+cuda.syncthreads()
+for r in range(ty, TILE, ROWS):  # out's row col0 + r holds a's column col0 + r
+    if col0 + r < out.shape[0] and row0 + tx < out.shape[1]:
+        out[col0 + r, row0 + tx] = tile[tx, r]
+"""
+
+
+def _tr(*pairs):
+    """The solution of exercise 5 with each (old, new) replacement made (old must be there)."""
+    s = _TR
+    for old, new in pairs:
+        assert old in s, old
+        s = s.replace(old, new)
+    return s
+
+
+_LOAD = "        tile[r, tx] = a[row0 + r, col0 + tx]"
+_STORE = "        out[col0 + r, row0 + tx] = tile[tx, r]"
+_IN_A = "if row0 + r < a.shape[0] and col0 + tx < a.shape[1]:"
+_IN_OUT = "if col0 + r < out.shape[0] and row0 + tx < out.shape[1]:"
 
 _PICK = """\
 limit = float("inf") if max_split_size is None else max_split_size
@@ -282,9 +287,9 @@ return tuple(reversed(strides))
         ),
         (
             "divided with / (floats where ints are required)",
-            _VD.replace("sizes[-1] // r", "sizes[-1] / r").replace("s // r", "s / r").replace(
-                "offset // r", "offset / r"
-            ),
+            _VD.replace("sizes[-1] // r", "sizes[-1] / r")
+            .replace("s // r", "s / r")
+            .replace("offset // r", "offset / r"),
         ),
         (
             "a 0-d tensor rescaled like any other (no error)",
@@ -303,321 +308,138 @@ return tuple(reversed(strides))
         ),
         (
             "sizes returned as a list",
-            _VD.replace("new_sizes = (*sizes[:-1], sizes[-1] * r)",
-                        "new_sizes = [*sizes[:-1], sizes[-1] * r]"),
+            _VD.replace(
+                "new_sizes = (*sizes[:-1], sizes[-1] * r)",
+                "new_sizes = [*sizes[:-1], sizes[-1] * r]",
+            ),
         ),
     ],
-    "ex4_broadcast": [
+    "ex4_expand": [
         (
-            "shapes aligned from the left",
-            [
-                """\
-n = max(len(a), len(b))
-a, b = tuple(a) + (1,) * (n - len(a)), tuple(b) + (1,) * (n - len(b))
-return tuple(y if x == 1 else x for x, y in zip(a, b))
-""",
-                None,
-            ],
+            "every new leading dim given stride 0, even one of size 1",
+            _ex((_NEW_STRIDE, "else 0")),
         ),
         (
-            "no error for mismatched sizes (the larger one wins)",
-            [
-                """\
-n = max(len(a), len(b))
-a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-return tuple(max(x, y) for x, y in zip(a, b))
-""",
-                None,
-            ],
+            "a new leading dim's stride from t's outermost dim, not from the expanded view",
+            _ex((_NEW_STRIDE, "else sizes[0] * strides[0]")),
         ),
         (
-            "size-1 dims keep their stride instead of 0",
-            [None, _BSTRIDES.replace("k < lead or sizes[k - lead] == 1", "k < lead")],
+            "sizes aligned from the left (new dims at the end)",
+            _ex(("d = i - (ndim - tdim)", "d = i if i < tdim else -1")),
         ),
         (
-            "new leading dims read with stride 1",
-            [
-                None,
-                """\
-lead = len(out_shape) - len(sizes)
-return tuple(1 if k < lead else 0 if sizes[k - lead] == 1 else strides[k - lead]
-             for k in range(len(out_shape)))
-""",
-            ],
+            "a size-1 dim that grows keeps its stride (no stride 0)",
+            _ex(("size, stride = want, 0", "size = want")),
         ),
         (
-            "broadcast strides computed as if the tensor were contiguous",
-            [
-                None,
-                """\
-lead = len(out_shape) - len(sizes)
-out, step = [], 1
-for k in range(len(out_shape) - 1, -1, -1):
-    size = 1 if k < lead else sizes[k - lead]
-    out.append(0 if size == 1 else step)
-    step *= size
-return tuple(reversed(out))
-""",
-            ],
+            "every dim of size 1 given stride 0, even where the target keeps it",
+            _ex(("= size, stride\n", "= size, 0 if size == 1 else stride\n")),
         ),
         (
-            "'neither is 1' written as 'both > 1': a size-0 dim broadcasts against anything",
-            [_INFER.replace("x != y and x != 1 and y != 1", "x != y and x > 1 and y > 1"), None],
+            "-1 accepted in a new leading dim (taken as 1)",
+            _ex(("if d < 0:", "if False:")),
         ),
         (
-            "the larger size taken once the error check passes (0 against 1 gives 1)",
-            [_INFER.replace("out.append(y if x == 1 else x)", "out.append(max(x, y))"), None],
+            "'not 1' written as '> 1': a dim of size 0 stretches like one of size 1",
+            _ex(("if size != 1:", "if size > 1:")),
         ),
         (
-            "mismatched sizes raise ValueError, not RuntimeError",
-            [_INFER.replace("raise RuntimeError(", "raise ValueError("), None],
+            "the dim in the message counted in t, not in the view",
+            _ex(("non-singleton dimension {i}", "non-singleton dimension {d}")),
         ),
         (
-            "the broadcast shape returned as a list",
-            [_INFER.replace("return tuple(out)", "return out"), None],
+            "the sizes in the message written as tuples, not lists",
+            _ex(("{list(target)}", "{tuple(target)}"), ("{list(sizes)}", "{tuple(sizes)}")),
         ),
         (
-            "the broadcast strides returned as a list",
-            [None, _BSTRIDES.replace("return tuple(", "return list(")],
+            "misuse raises ValueError, not RuntimeError",
+            _EX.replace("raise RuntimeError(", "raise ValueError("),
         ),
         (
-            "strides only for the tensor's own dims: the new leading dims left out",
-            [None, "return tuple(0 if n == 1 else s for n, s in zip(sizes, strides))"],
+            "no check of the number of sizes (fewer sizes than dims are lined up anyway)",
+            _ex(("if ndim < tdim:", "if False:")),
         ),
         (
-            "sizes aligned from the right but strides from the left",
-            [None, _BSTRIDES.replace("else strides[k - lead]", "else strides[k % len(strides)]")],
-        ),
-        (
-            "stride 0 where the output size is 1, not where the input's is",
-            [None, _BSTRIDES.replace("sizes[k - lead] == 1", "out_shape[k] == 1")],
-        ),
-        (
-            "the innermost dim always read with stride 1, as if contiguous",
-            [
-                None,
-                _BSTRIDES.replace(
-                    "else strides[k - lead]",
-                    "else 1 if k == len(out_shape) - 1 else strides[k - lead]",
+            "a 0-d tensor sent through the loop, the innermost new dim given stride 1",
+            _ex(
+                ("if tdim == 0:\n    return tuple(target), (0,) * ndim\n", ""),
+                (
+                    _NEW_STRIDE,
+                    "else (out_sizes[i + 1] * out_strides[i + 1] if i + 1 < ndim else 1)",
                 ),
-            ],
+            ),
+        ),
+        (
+            "the dims walked left to right: a new dim reads the next one before it is made",
+            _ex(("range(ndim - 1, -1, -1)", "range(ndim)")),
+        ),
+        (
+            "sizes and strides returned as lists",
+            _ex(("return tuple(out_sizes), tuple(out_strides)", "return out_sizes, out_strides")),
         ),
     ],
-    "ex5_tiled_matmul": [
+    "ex5_tiled_transpose": [
         (
-            "tiles counted with floor division (the last partial tile of K is dropped)",
-            _TILED.replace("range((a.shape[1] + TILE - 1) // TILE)", "range(a.shape[1] // TILE)"),
+            "no padding: a tile of TILE x TILE (a column of it is in 4 banks, not 8)",
+            _tr(("(TILE, TILE + 1)", "(TILE, TILE)")),
         ),
         (
-            "a's tile loaded transposed (row and column thread indices swapped)",
-            _TILED.replace("sa[ty, tx] = a[i, k + tx]", "sa[ty, tx] = a[i, k + ty]"),
+            "the tile always float32 (float64 numbers rounded)",
+            _tr(("dtype=a.dtype", "dtype=np.float32")),
         ),
         (
-            "no bounds check on the write: threads past the edge of c write too",
-            _TILED.replace(
-                "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc",
-                "if i < c.shape[0] + 1 and j < c.shape[1]:\n    c[min(i, c.shape[0] - 1), j] = acc",
-            ),
+            "no barrier between the stores into the tile and the loads from it",
+            _tr(("cuda.syncthreads()\n", "")),
         ),
         (
-            "out-of-range elements of both tiles left as garbage (1) instead of 0",
-            _TILED.replace(
-                "if i < a.shape[0] and k + tx < a.shape[1] else 0",
-                "if i < a.shape[0] and k + tx < a.shape[1] else 1",
-            ).replace(
-                "if k + ty < b.shape[0] and j < b.shape[1] else 0",
-                "if k + ty < b.shape[0] and j < b.shape[1] else 1",
-            ),
-        ),
-        (
-            "no syncthreads after loading the tiles: a thread reads tile entries not yet loaded",
-            _TILED.replace("    cuda.syncthreads()\n    for kk", "    for kk", 1),
-        ),
-        (
-            "no syncthreads after accumulating: the next tile overwrites one still being read",
-            _TILED.replace(
-                "        acc += sa[ty, kk] * sb[kk, tx]\n    cuda.syncthreads()\n",
-                "        acc += sa[ty, kk] * sb[kk, tx]\n",
-            ),
-        ),
-        (
-            "threads outside c return at once, before loading their share of the tiles",
-            _TILED.replace(
-                "acc = np.float32(0)\n",
-                "acc = np.float32(0)\nif i >= c.shape[0] or j >= c.shape[1]:\n    return\n",
-            ),
-        ),
-        (
-            "rows taken from blockIdx.x and columns from blockIdx.y",
-            _TILED.replace(
-                "i = cuda.blockIdx.y * TILE + ty\nj = cuda.blockIdx.x * TILE + tx",
-                "i = cuda.blockIdx.x * TILE + ty\nj = cuda.blockIdx.y * TILE + tx",
-            ),
-        ),
-        (
-            "the number of tiles counted from a's rows (M) instead of its columns (K)",
-            _TILED.replace(
-                "range((a.shape[1] + TILE - 1) // TILE)", "range((a.shape[0] + TILE - 1) // TILE)"
-            ),
-        ),
-        (
-            "the write's bounds check with c's dims swapped",
-            _TILED.replace(
-                "if i < c.shape[0] and j < c.shape[1]:", "if i < c.shape[1] and j < c.shape[0]:"
-            ),
-        ),
-        (
-            "rows from threadIdx.x and columns from threadIdx.y throughout (right values, but a "
-            "warp's threads read and write different rows: not coalesced)",
-            _TILED_ROWS_FROM_X,
-        ),
-        (
-            "a's tile loaded by threads the other way round: sa[tx, ty] = a[row0 + tx, k + ty] "
-            "(the same tile, but a warp reads 8 rows of a)",
-            _TILED.replace(
-                "sa[ty, tx] = a[i, k + tx] if i < a.shape[0] and k + tx < a.shape[1] else 0",
-                "r = cuda.blockIdx.y * TILE + tx\n"
-                "    sa[tx, ty] = a[r, k + ty] if r < a.shape[0] and k + ty < a.shape[1] else 0",
-            ),
-        ),
-        (
-            "the product written by threads the other way round: c[row0 + tx, col0 + ty] from "
-            "sums over sa[tx, kk] * sb[kk, ty] (right values, writes not coalesced)",
-            _TILED.replace(
-                "acc += sa[ty, kk] * sb[kk, tx]", "acc += sa[tx, kk] * sb[kk, ty]"
-            ).replace(
-                "if i < c.shape[0] and j < c.shape[1]:\n    c[i, j] = acc",
-                "r, q = i - ty + tx, j - tx + ty\n"
-                "if r < c.shape[0] and q < c.shape[1]:\n    c[r, q] = acc",
-            ),
-        ),
-        # more, found by a reviewer writing what a student would
-        ("loops over TILE tiles instead of ceil(K / TILE)", _r((_NTILES, "range(TILE)"))),
-        (
-            "a's zero-fill column bound off by one (<=)",
-            _r(("k + tx < a.shape[1]", "k + tx <= a.shape[1]")),
-        ),
-        (
-            "a's zero-fill tests only the column, not the row",
-            _r(("if i < a.shape[0] and k + tx", "if k + tx")),
-        ),
-        (
-            "b's zero-fill compares the row with N (b.shape[1]) instead of K",
-            _r(("k + ty < b.shape[0]", "k + ty < b.shape[1]")),
-        ),
-        (
-            "zero-fill conditions joined with or",
-            _r((" and k + tx <", " or k + tx <"), ("b.shape[0] and j", "b.shape[0] or j")),
-        ),
-        ("sb read as sb[tx, kk]", _r((_ACC, "acc += sa[ty, kk] * sb[tx, kk]"))),
-        (
-            "sa and sb indices mixed up: sa[kk, tx] * sb[ty, kk]",
-            _r((_ACC, "acc += sa[kk, tx] * sb[ty, kk]")),
-        ),
-        (
-            "sb stored transposed in shared memory, read consistently (sb[tx, ty], sb[tx, kk])",
-            _r(
-                ("sb[ty, tx] = b[k + ty, j]", "sb[tx, ty] = b[k + ty, j]"),
-                (_ACC, "acc += sa[ty, kk] * sb[tx, kk]"),
-            ),
-        ),
-        (
-            "sa stored transposed in shared memory, read consistently (sa[tx, ty], sa[kk, ty])",
-            _r(
-                ("sa[ty, tx] = a[i, k + tx]", "sa[tx, ty] = a[i, k + tx]"),
-                (_ACC, "acc += sa[kk, ty] * sb[kk, tx]"),
-            ),
-        ),
-        (
-            "the one syncthreads at the top of the loop, none after loading",
-            _r(
-                (_SYNC1, "    for kk"),
-                ("    k = t * TILE\n", "    cuda.syncthreads()\n    k = t * TILE\n"),
+            "a thread outside a returns before the barrier (and skips its writes of out)",
+            _tr(
                 (
-                    "        acc += sa[ty, kk] * sb[kk, tx]\n    cuda.syncthreads()\n",
-                    "        acc += sa[ty, kk] * sb[kk, tx]\n",
-                ),
-            ),
-        ),
-        (
-            "first syncthreads between the loads of sa and sb",
-            _r((_SYNC1, "    for kk"), (_LOAD_A + "\n", _LOAD_A + "\n    cuda.syncthreads()\n")),
-        ),
-        (
-            "c written unconditionally at clamped indices",
-            _r((_STORE, "c[min(i, c.shape[0] - 1), min(j, c.shape[1] - 1)] = acc")),
-        ),
-        (
-            "early return only for threads outside c in both row and column",
-            _r(
-                (
-                    "acc = np.float32(0)\n",
-                    "acc = np.float32(0)\nif i >= c.shape[0] and j >= c.shape[1]:\n    return\n",
+                    "tx, ty = cuda.threadIdx.x, cuda.threadIdx.y\n",
+                    "tx, ty = cuda.threadIdx.x, cuda.threadIdx.y\n"
+                    "if cuda.blockIdx.y * TILE + ty >= a.shape[0]"
+                    " or cuda.blockIdx.x * TILE + tx >= a.shape[1]:\n    return\n",
                 )
             ),
         ),
         (
-            "early return for threads past c's last row",
-            _r(("acc = np.float32(0)\n", "acc = np.float32(0)\nif i >= c.shape[0]:\n    return\n")),
+            "the naive transpose: out written straight from a (its writes not coalesced)",
+            """\
+tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE
+for r in range(ty, TILE, ROWS):
+    if row0 + r < a.shape[0] and col0 + tx < a.shape[1]:
+        out[col0 + tx, row0 + r] = a[row0 + r, col0 + tx]
+""",
         ),
         (
-            "accumulator reset inside the tile loop",
-            _r(
-                (
-                    "acc = np.float32(0)\nfor t in " + _NTILES + ":\n",
-                    "for t in " + _NTILES + ":\n    acc = np.float32(0)\n",
-                )
-            ),
-        ),
-        ("tile offset k = t instead of t * TILE", _r(("k = t * TILE", "k = t"))),
-        (
-            "i, j = cuda.grid(2) (row from x)",
-            _r(
-                (
-                    "i = cuda.blockIdx.y * TILE + ty\nj = cuda.blockIdx.x * TILE + tx",
-                    "i, j = cuda.grid(2)",
-                )
-            ),
-        ),
-        ("c[i, j] += acc (c never zeroed)", _r(("c[i, j] = acc", "c[i, j] += acc"))),
-        ("tile count from b's columns N", _r((_NTILES, "range((b.shape[1] + TILE - 1) // TILE)"))),
-        (
-            "inner loop range(TILE - 1)",
-            _r(("for kk in range(TILE):", "for kk in range(TILE - 1):")),
-        ),
-        (
-            "b's tile loaded by threads the other way round (sb[tx, ty] = b[k + tx, col0 + ty])",
-            _r(
-                (
-                    _LOAD_B,
-                    "q = cuda.blockIdx.x * TILE + ty\n    sb[tx, ty] = b[k + tx, q] if k + tx < b.shape[0] and q < b.shape[1] else 0",
-                )
+            "a read down a column of a (x picks a's row): right values, reads not coalesced",
+            _tr(
+                (_LOAD, "        tile[tx, r] = a[row0 + tx, col0 + r]"),
+                (_IN_A, "if row0 + tx < a.shape[0] and col0 + r < a.shape[1]:"),
             ),
         ),
         (
-            "b's tile loaded with k + tx as the row",
-            _r(("b[k + ty, j] if k + ty", "b[k + tx, j] if k + tx")),
+            "out's bounds taken from a's shape (rows of out against M)",
+            _tr((_IN_OUT, "if col0 + r < a.shape[0] and row0 + tx < a.shape[1]:")),
         ),
         (
-            "write guard compares j with K (b.shape[0])",
-            _r(("if i < c.shape[0] and j < c.shape[1]:", "if i < a.shape[0] and j < b.shape[0]:")),
+            "no bounds on the reads of a (only the writes of out are guarded)",
+            _tr((_IN_A, "if True:")),
         ),
         (
-            "tile count rounded, not ceiled: round(K / TILE)",
-            _r((_NTILES, "range(round(a.shape[1] / TILE))")),
+            "each thread copies TILE // ROWS neighbouring rows from its own (ty + r)",
+            _TR.replace("range(ty, TILE, ROWS)", "range(ty, ty + TILE // ROWS)"),
         ),
         (
-            "loops over K tiles (range(a.shape[1])): right values, K/TILE times the work",
-            _r((_NTILES, "range(a.shape[1])")),
+            "the tile loaded along the row it was stored: a copy of the tile, not its transpose",
+            _tr((_STORE, "        out[col0 + r, row0 + tx] = tile[r, tx]")),
         ),
         (
-            "syncthreads inside the kk loop (after each product) instead of before it",
-            _r(
-                (_SYNC1, "    for kk"),
-                (
-                    "        acc += sa[ty, kk] * sb[kk, tx]\n    cuda.syncthreads()\n",
-                    "        acc += sa[ty, kk] * sb[kk, tx]\n        cuda.syncthreads()\n",
-                ),
+            "out's row and column from the same corner as a's (out[row0 + r, col0 + tx])",
+            _tr(
+                (_STORE, "        out[row0 + r, col0 + tx] = tile[tx, r]"),
+                (_IN_OUT, "if row0 + r < out.shape[0] and col0 + tx < out.shape[1]:"),
             ),
         ),
     ],
