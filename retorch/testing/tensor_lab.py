@@ -432,7 +432,7 @@ def check_tiled_transpose(cmp, transpose_tiled, tile, rows):
         "stores tile[r, tx] = a[by*TILE + r, bx*TILE + tx] for r in range(ty, TILE, ROWS) "
         "when both indices are inside a, syncthreads, then writes out[bx*TILE + r, by*TILE "
         "+ tx] = tile[tx, r] when both are inside out (N x M); the tile is "
-        "(TILE, TILE + 1) of a.dtype"
+        "(TILE, TILE_ROW) of a.dtype"
     )
     layout = (
         "x picks the column of every global access (thread tx reads column ...+tx of a and "
@@ -455,7 +455,7 @@ def check_tiled_transpose(cmp, transpose_tiled, tile, rows):
                        what + " ran", hint)  # fmt: skip
         cmp.equal(log["tiles"], [((tile, tile + 1), a.numpy().dtype.name)],
                   f"the shared arrays {what} made (shape, dtype)",
-                  "one tile, (TILE, TILE + 1): a padded row puts each number of a column in "
+                  "one tile, (TILE, TILE_ROW): a padded row puts each number of a column in "
                   "another bank; dtype=a.dtype")  # fmt: skip
         cmp.equal(log["wrong"], [], f"accesses that break the layout (the first 3), {what}",
                   layout)  # fmt: skip

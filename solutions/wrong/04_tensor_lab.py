@@ -104,7 +104,7 @@ def _ex(*pairs):
 _NEW_STRIDE = "else out_sizes[i + 1] * out_strides[i + 1]"
 
 _TR = """\
-tile = cuda.shared.array((TILE, TILE + 1), dtype=a.dtype)
+tile = cuda.shared.array((TILE, TILE_ROW), dtype=a.dtype)
 tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
 row0, col0 = cuda.blockIdx.y * TILE, cuda.blockIdx.x * TILE  # the tile's corner in a
 for r in range(ty, TILE, ROWS):
@@ -381,7 +381,7 @@ return tuple(reversed(strides))
     "ex5_tiled_transpose": [
         (
             "no padding: a tile of TILE x TILE (a column of it is in 4 banks, not 8)",
-            _tr(("(TILE, TILE + 1)", "(TILE, TILE)")),
+            _tr(("(TILE, TILE_ROW)", "(TILE, TILE)")),
         ),
         (
             "the tile always float32 (float64 numbers rounded)",
