@@ -106,6 +106,7 @@ def test_a_result_is_stored_in_the_repository_only_when_real_and_storable(tmp_pa
     assert json.loads(stored.read_text()) == clean and "stored in" in said
 
 
+@pytest.mark.slow  # waits out a hanging step's timeout; make unit runs it
 def test_a_failing_or_hanging_step_does_not_stop_the_next(tmp_path):
     report = Report(tmp_path, dry=True, budget=60)
     assert not report.run("fails", [sys.executable, "-c", "raise SystemExit(3)"], 20)

@@ -287,6 +287,7 @@ def test_launch_add_equals_torch_add_on_the_tie():
     assert torch.equal(overview.launch_add(a, b, TIE_ALPHA), torch.add(a, b, alpha=TIE_ALPHA))
 
 
+@pytest.mark.slow  # hypothesis over simulated CUDA launches; make unit runs it
 @given(n=st.integers(1, 300), alpha=st.floats(-4, 4, width=32))
 def test_add_kernel_equals_torch_add(n, alpha):
     torch.manual_seed(n)

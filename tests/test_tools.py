@@ -94,6 +94,7 @@ def test_an_exercise_without_a_check_cell_is_rejected():
         make_labs.make_lab(_solution_nb(check_grade=False), "labs/x.ipynb")
 
 
+@pytest.mark.slow  # the labs-check step of make check-fast and make test runs the same check
 def test_labs_on_disk_are_what_the_generator_makes():
     result = subprocess.run(
         [sys.executable, "tools/make_labs.py", "--check"], cwd=ROOT, capture_output=True, text=True
@@ -176,6 +177,7 @@ def test_sanitize_rules_rewrite_only_what_varies():
     assert clean("tensor([1., 2.])") == "tensor([1., 2.])"
 
 
+@pytest.mark.slow  # the single-source step of make check-fast and make test runs the same check
 def test_single_source_check_passes_on_the_repository():
     result = subprocess.run(
         [sys.executable, "tools/check_single_source.py"], cwd=ROOT, capture_output=True, text=True
