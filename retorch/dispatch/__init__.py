@@ -22,9 +22,6 @@ module                         mirrors
 ``backend_registration``       ``torch/utils/backend_registration.py``
 ``custom_ops``                 ``torch/_library/custom_ops.py``
 ``torch_privateuse1``          ``torch/utils/backend_registration.py`` (torch's side)
-``boxing``                     ``aten/src/ATen/core/boxing/KernelFunction.h``
-``python_dispatch``            ``aten/src/ATen/core/PythonFallbackKernel.cpp``
-``functionalize``              ``aten/src/ATen/FunctionalTensorWrapper.cpp``
 =============================  =====================================================
 
 ``retorch.dispatch.tensor(...)`` is the factory, as ``torch.tensor``: the class lives in

@@ -135,7 +135,9 @@ def _replace(w, new_value) -> None:
 
 def _commit_update(w) -> None:
     """``commit_update``: carry the wrapper's value back to the base through the inverse of
-    each of its views, innermost first, and count a new generation of the storage."""
+    each of its views, innermost first, and count a new generation of the storage. (torch
+    queues the update, ``add_update``, and applies it in the next ``sync``, which the in-place
+    kernel calls at once: the same ops, in the same order.)"""
     value = w.value
     if w.view_metas:
         bases = [w.storage.base]  # the value at each level of the view chain
@@ -268,10 +270,16 @@ def _arg_text(v, names: dict) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_arg_text(x, names) for x in v) + "]"
     if hasattr(v, "key_set") and v.data.ndim == 0:  # a Python scalar, wrapped by the method
-        return f"{v.item():g}"
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return f"{v:g}"
-    return repr(v)
+        return _number(v.item())
+    return _number(v) if isinstance(v, (int, float)) else repr(v)
+
+
+def _number(v) -> str:
+    """A scalar as both sides print it: 2 whether it was 2 or 2.0 (a method wraps a Python
+    number into a float64 tensor), else as Python writes it."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return repr(v)
+    return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(v)
 
 
 def _is_default(arg, value) -> bool:
@@ -333,7 +341,7 @@ def fx_program(gm, arg_names) -> list[str]:
                     return names[v.name]
                 if isinstance(v, (list, tuple)):
                     return "[" + ", ".join(text(x) for x in v) + "]"
-                return f"{v:g}" if isinstance(v, (int, float)) else repr(v)
+                return _number(v)
 
             target = str(node.target).removeprefix("aten.")
             if target.count(".") == 1 and target.endswith(".default"):
