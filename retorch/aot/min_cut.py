@@ -505,27 +505,24 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
     return saved_values, list(banned_nodes), nx_graph
 
 
-def choose_saved_values_set(joint_graph, node_info, *, config=MIN_CUT_CONFIG) -> list:
-    """The min-cut's saved values at a memory budget of 1 (torch's default)."""
-    options = MinCutOptions(
+def _min_cut_options(config) -> MinCutOptions:
+    return MinCutOptions(
         ban_if_used_far_apart=config["ban_recompute_used_far_apart"],
         ban_if_long_fusible_chains=config["ban_recompute_long_fusible_chains"],
         ban_if_materialized_backward=config["ban_recompute_materialized_backward"],
         ban_if_not_in_allowlist=config["ban_recompute_not_in_allowlist"],
         ban_if_reduction=config["ban_recompute_reductions"],
     )
-    return solve_min_cut(joint_graph, node_info, options, config=config)[0]
 
 
-def min_cut_rematerialization_partition(
-    joint_module, _joint_inputs=None, *, num_fwd_outputs, static_lifetime_input_indices=None,
-    **config,
-):  # fmt: skip
-    """Partition the joint graph so that the backward recomputes the cheap forward.
+def choose_saved_values_set(joint_graph, node_info, *, config=MIN_CUT_CONFIG) -> list:
+    """The min-cut's saved values at a memory budget of 1 (torch's default)."""
+    return solve_min_cut(joint_graph, node_info, _min_cut_options(config), config=config)[0]
 
-    `config`: any of `MIN_CUT_CONFIG`'s flags (torch's `torch._functorch.config` names).
-    Like torch's, it first eliminates dead code and merges common subexpressions of the joint
-    graph, in place."""
+
+def _prepare(joint_module, num_fwd_outputs, static_lifetime_input_indices, config):
+    """Torch's first steps, in place: dead code out, common subexpressions merged; then the
+    node classes. Returns `(config with torch's defaults, node_info)`."""
     unknown = set(config) - set(MIN_CUT_CONFIG)
     if unknown:
         raise TypeError(f"min_cut_rematerialization_partition: unknown option(s) {sorted(unknown)}"
@@ -534,11 +531,22 @@ def min_cut_rematerialization_partition(
     joint_module.graph.eliminate_dead_code()
     if config["cse"]:
         fx_graph_cse(joint_module.graph)
-    joint_graph = joint_module.graph
-    node_info = classify_nodes(joint_module, static_lifetime_input_indices or [], num_fwd_outputs)
+    indices = static_lifetime_input_indices or []
+    return config, classify_nodes(joint_module, indices, num_fwd_outputs)
+
+
+def min_cut_rematerialization_partition(
+    joint_module, _joint_inputs=None, *, num_fwd_outputs, static_lifetime_input_indices=None,
+    **config,
+):  # fmt: skip
+    """Partition the joint graph so that the backward recomputes the cheap forward.
+
+    `config`: any of `MIN_CUT_CONFIG`'s flags (torch's `torch._functorch.config` names)."""
+    config, node_info = _prepare(joint_module, num_fwd_outputs, static_lifetime_input_indices,
+                                 config)  # fmt: skip
     if not node_info.required_bw_nodes:  # nothing to partition: networkx would fail
         return default_partition(joint_module, _joint_inputs, num_fwd_outputs=num_fwd_outputs)
-    saved_values = choose_saved_values_set(joint_graph, node_info, config=config)
+    saved_values = choose_saved_values_set(joint_module.graph, node_info, config=config)
     return _extract_fwd_bwd_modules(joint_module, saved_values, num_fwd_outputs=num_fwd_outputs)
 
 
@@ -548,19 +556,13 @@ min_cut_partition = min_cut_rematerialization_partition
 def min_cut_network(joint_module, num_fwd_outputs, *, static_lifetime_input_indices=None,
                     **config):  # fmt: skip
     """What `min_cut_rematerialization_partition` solves, for the chapter and the tests:
-    `(saved_values, banned_nodes, nx_graph, cut_value)` on the (dead-code-eliminated, CSE'd,
-    in place) joint graph."""
-    config = {**MIN_CUT_CONFIG, **config}
-    joint_module.graph.eliminate_dead_code()
-    if config["cse"]:
-        fx_graph_cse(joint_module.graph)
-    node_info = classify_nodes(joint_module, static_lifetime_input_indices or [], num_fwd_outputs)
-    options = MinCutOptions(
-        config["ban_recompute_used_far_apart"], config["ban_recompute_long_fusible_chains"],
-        config["ban_recompute_materialized_backward"], config["ban_recompute_not_in_allowlist"],
-        config["ban_recompute_reductions"],
-    )  # fmt: skip
-    saved, banned, nx_graph = solve_min_cut(joint_module.graph, node_info, options, config=config)
+    `(saved_values, banned_nodes, nx_graph, cut_value)`, on the joint graph as the partition
+    leaves it (dead code out, common subexpressions merged)."""
+    config, node_info = _prepare(joint_module, num_fwd_outputs, static_lifetime_input_indices,
+                                 config)  # fmt: skip
+    saved, banned, nx_graph = solve_min_cut(
+        joint_module.graph, node_info, _min_cut_options(config), config=config
+    )
     return saved, banned, nx_graph, cut_weight(nx_graph, [n.name for n in saved])
 
 
