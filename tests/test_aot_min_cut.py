@@ -74,8 +74,8 @@ def node_list(gm) -> list:
 
 
 def edges(network) -> dict:
-    """{(u, v): capacity} of a flow network."""
-    return {(u, v): d["capacity"] for u, v, d in network.edges(data=True)}
+    """{(u, v): (capacity, reason)} of a flow network."""
+    return {(u, v): (d["capacity"], d.get("reason")) for u, v, d in network.edges(data=True)}
 
 
 def ours_saved(fn, args, **config):

@@ -414,11 +414,13 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
             continue
         if node in node_info.required_bw_nodes:
             if node not in node_info.tangents_closure:
-                nx_graph.add_edge(node.name + "_out", "sink", capacity=math.inf,
-                                  reason="must be available for backward")  # fmt: skip
+                nx_graph.add_edge(
+                    node.name + "_out", "sink", capacity=math.inf,
+                    reason="must be available for backward: input required for gradient",
+                )  # fmt: skip
             else:
                 nx_graph.add_edge(node.name + "_in", "sink", capacity=math.inf,
-                                  reason="must be computed in backward")  # fmt: skip
+                                  reason="must be computed in backward: required for gradient")  # fmt: skip
                 continue
         if _is_primal(node):
             ban_recomputation_if_allowed(node, "primal input")
