@@ -93,6 +93,8 @@ _CONFIGURED: dict[tuple, tuple] = {}
 def configured(kernel, grid, block, stream=None):
     """``kernel[grid, block, stream]``, built once per (kernel, grid, block, stream)."""
     stream = current_stream() if stream is None else stream
+    if rcuda.simulator_enabled():  # the simulator's kernel[...] configures the kernel object
+        return kernel[grid, block, stream]  # itself and returns it: nothing to cache
     key = (id(kernel), grid, block, id(stream))
     entry = _CONFIGURED.get(key)
     if entry is None:  # the kernel and stream are kept alive with their ids

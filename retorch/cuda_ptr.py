@@ -61,7 +61,8 @@ if SIMULATED:
         dtype = np.asarray(zero).dtype
         if n == 0:
             return np.empty(0, dtype)
-        buffer = (ctypes.c_byte * (n * dtype.itemsize)).from_address(address)
+        # int(): an address read from a device table arrives as a NumPy integer
+        buffer = (ctypes.c_byte * (int(n) * dtype.itemsize)).from_address(int(address))
         return np.frombuffer(buffer, dtype=dtype, count=n)
 
     def _quad(array, i):
