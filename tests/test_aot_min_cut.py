@@ -134,7 +134,14 @@ def common_subexpressions(x, y):
     return (x * y).sin() + (x * y).cos()  # one `mul` after CSE, as in torch
 
 
+def long_chain(x):
+    for _ in range(60):
+        x = (x * 1.01).sin()  # 120 fusible ops: torch bans one past 100 ("long fusible chains")
+    return x
+
+
 EXTRA = {
+    "long_chain": (long_chain, [(4, 4)]),
     "used_far_apart": (used_far_apart, [(3, 4), (4, 4)]),
     "reduction": (reduction, [(3, 8)]),
     "common_subexpressions": (common_subexpressions, [(3, 4), (3, 4)]),
