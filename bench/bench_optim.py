@@ -42,10 +42,32 @@ def _params(total: int, count: int) -> list[torch.Tensor]:
     return params
 
 
+class PointerTableAdam:
+    """Adam through retorch's multi-tensor kernel on pointer tables
+    (``retorch/optim/_multi_tensor_apply.py``), called as ``torch.optim.adam._fused_adam``
+    calls ``torch._fused_adam_``: the step counts raised by one foreach add, then one launch."""
+
+    def __init__(self, params, lr):
+        from retorch.optim import _multi_tensor_apply
+
+        self.fused_adam_ = _multi_tensor_apply.fused_adam_
+        self.params, self.lr = list(params), lr
+        self.exp_avgs = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p) for p in self.params]
+        self.steps = [torch.zeros((), device=p.device) for p in self.params]
+
+    def step(self):
+        torch._foreach_add_(self.steps, 1)
+        self.fused_adam_(self.params, [p.grad for p in self.params], self.exp_avgs,
+                         self.exp_avg_sqs, [], self.steps, lr=self.lr, beta1=0.9, beta2=0.999,
+                         weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)  # fmt: skip
+
+
 GPU_IMPLS = {
     "torch fused": (torch.optim.Adam, dict(fused=True)),
     "torch foreach": (torch.optim.Adam, dict(foreach=True)),
     "retorch fused (numba-cuda)": (ro.Adam, dict(fused=True)),
+    "retorch multi-tensor (pointer tables)": (PointerTableAdam, {}),
 }
 
 
