@@ -162,7 +162,9 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     b, tb = pair(B)
     c, tc = pair(A > 0)
     idx, tidx = pair(np.array([[1, 0], [0, 1]]))
-    for x, tx in ((a, ta), (a[:, ::2], ta[:, ::2])):  # the contiguous kernels, the general ones
+    flat, tflat = a.view(-1)[1:], ta.view(-1)[1:]  # contiguous from element 1: not 16-B aligned
+    # the vectorized kernels, the unrolled ones, the general ones
+    for x, tx in ((a, ta), (flat, tflat), (a[:, ::2], ta[:, ::2])):
         check(x * x, tx * tx)
         check(rt.gt(x, x * 0.5), torch.gt(tx, tx * 0.5))
         check(rt.exp(x), torch.exp(tx), rtol=RTOL32)
@@ -178,6 +180,7 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     check(rt.mm(a, a.t()), torch.mm(ta, ta.t()), rtol=SUM32)
     kernels = "binary compare unary where copy gather scatter sum_rows mm_tiled".split()
     kernels += [f"{k}_contiguous" for k in ("binary", "compare", "unary", "copy")]
+    kernels += ["binary_vectorized", "unary_vectorized"]
     assert {f"{k}_kernel" for k in kernels} <= set(launched)
 
 
