@@ -1,9 +1,11 @@
-"""The vectorized elementwise kernels (``CUDALoops.cuh``'s ``vectorized_elementwise_kernel``):
-16-byte loads where every operand is aligned, the unrolled scalar kernel where one is not, a
-scalar tail in the last block. Values against torch's CPU results, bit for bit, where kernels
-run (the simulator here: blocks of ``SIMULATED_VEC_THREADS`` threads, so a few hundred
-elements already fill several blocks and leave a tail); the PTX of the vector path with the
-real compiler, in a subprocess with the simulator off."""
+"""The vectorized elementwise kernels (``CUDALoops.cuh``'s ``vectorized_elementwise_kernel``,
+``retorch/tensor/cuda_vectorized.py``): vectors of 4 or 2 elements where every pointer allows
+them (``can_vectorize_up_to``), the unrolled scalar kernel where one does not, a scalar tail in
+the last block. Values against torch's CPU results, bit for bit, where kernels run (the
+simulator here: blocks of ``SIMULATED_THREADS`` threads, so 64 elements fill a block and a few
+hundred leave several blocks and a tail; the simulator's vector accesses raise on a misaligned
+address, as a GPU faults); the PTX of the vector path with the real compiler, in a subprocess
+with the simulator off."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 
 import retorch.tensor as rt
 from retorch.tensor import cuda_kernels as K
+from retorch.tensor import cuda_vectorized as V
 from tools.course import ROOT
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaIRAssumptionWarning")
@@ -28,35 +31,39 @@ pytestmark = pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaIRAssump
 EXACT_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 #: Unary ops computed exactly (neg, relu) or correctly rounded (reciprocal) in both.
 EXACT_UNARY = ("neg", "relu", "reciprocal")
+#: Elements of one block (``io_block_work_size``) where the tests run.
+BLOCK = V.ELEMS_PER_THREAD * V.config(1)[1]
 
 
 @pytest.fixture
 def launched(monkeypatch):
-    """The names of the kernels the ops launch, through the launch path or directly."""
+    """The names of the elementwise kernels the ops launch (vectorized, unrolled, general)."""
     names = []
-    real_launch = K.launch
-    monkeypatch.setattr(K, "launch", lambda k, *a, **kw: (names.append(k.py_func.__name__),
-                                                          real_launch(k, *a, **kw))[1])  # fmt: skip
 
     class Spy:
         def __init__(self, kernel):
             self.kernel = kernel
+            self.py_func = kernel.py_func
 
-        def __getitem__(self, config):
-            names.append(self.kernel.py_func.__name__)
-            return self.kernel[config]
+        def __getitem__(self, config):  # the launch path caches what this returns
+            run = self.kernel[config]
+            return lambda *args: (names.append(self.py_func.__name__), run(*args))[1]
 
-    for name in ("binary_contiguous_kernel", "unary_contiguous_kernel"):
-        monkeypatch.setattr(K, name, Spy(getattr(K, name)))
+    for table in (V.BINARY, V.UNARY):
+        for vec, kernel in list(table.items()):
+            monkeypatch.setitem(table, vec, Spy(kernel))
+    for k in ("binary", "unary"):
+        for name in (f"{k}_contiguous_kernel", f"{k}_kernel"):
+            monkeypatch.setattr(K, name, Spy(getattr(K, name)))
     return names
 
 
-def operands(n, offset, dtype, seed=0):
-    """Two cuda tensors of ``n`` elements starting at element ``offset`` of their storage
-    (offset 1: 4 or 8 bytes past a 16-byte boundary), and torch's copies."""
+def operands(n, offset, dtype, seed=0, count=2):
+    """``count`` cuda tensors of ``n`` elements starting at element ``offset`` of their storage
+    (a fresh storage is 16-byte aligned: offset 1 is 4 or 8 bytes past it), and torch's copies."""
     rng = np.random.default_rng(seed)
-    data = [rng.standard_normal(n + offset).astype(dtype) for _ in range(2)]
-    data[1][data[1] == 0] = 1  # no 0/0
+    data = [rng.standard_normal(n + offset).astype(dtype) for _ in range(count)]
+    data[-1][data[-1] == 0] = 1  # no 0/0
     ours = [rt.from_numpy(d).to("cuda")[offset:] for d in data]
     return ours, [torch.from_numpy(d[offset:]) for d in data]
 
@@ -68,43 +75,62 @@ def same_bits(ours, theirs):
     np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
 
 
-def full_blocks_and_tail(n):
-    per_block = K.ELEMS_PER_THREAD * K._vectorized_config(1)[1]
-    return n // per_block, n % per_block
+def test_vec_size_is_can_vectorize_up_to_capped_at_16_bytes():
+    """float32: 4 on 16-byte pointers, 2 on 8-byte ones, else 1; float64: 2 on 16-byte
+    pointers (a 32-byte aligned one allows 4, and the 16-byte cap makes it 2), else 1; the
+    minimum over every pointer, the output's included."""
+    assert [V.vec_size([p], 4) for p in (0, 4, 8, 12, 16, 32, 40)] == [4, 1, 2, 1, 4, 4, 2]
+    assert [V.vec_size([p], 8) for p in (0, 8, 16, 24, 32, 48)] == [2, 1, 2, 1, 2, 2]
+    assert V.vec_size([16, 32, 8], 4) == 2 and V.vec_size([4, 32, 32], 4) == 1
+    assert V.vec_size([32, 32, 40], 8) == 1
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_aligned_operands_take_16_byte_loads_with_a_scalar_tail(dtype, launched):
-    n = 8 * K.ELEMS_PER_THREAD * K._vectorized_config(1)[1] // 2 + 13  # 4.x blocks
-    assert full_blocks_and_tail(n)[0] >= 2 and full_blocks_and_tail(n)[1] > 0
-    (a, b), (ta, tb) = operands(n, 0, dtype)
-    assert a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
+@pytest.mark.parametrize(
+    "dtype, offset, kernel",
+    [
+        (np.float32, 0, "vectorized4"),
+        (np.float32, 1, "contiguous"),
+        (np.float32, 2, "vectorized2"),
+        (np.float32, 3, "contiguous"),
+        (np.float32, 4, "vectorized4"),
+        (np.float64, 0, "vectorized2"),
+        (np.float64, 1, "contiguous"),
+        (np.float64, 2, "vectorized2"),
+    ],
+)
+def test_the_pointers_alignment_picks_the_kernel(dtype, offset, kernel, launched):
+    n = 4 * BLOCK + 13  # four full blocks and a tail
+    (a, b), (ta, tb) = operands(n, offset, dtype)
     for name in EXACT_BINARY:
         same_bits(getattr(rt, name)(a, b), getattr(torch, name)(ta, tb))
-    # a + alpha * b: the simulator rounds the float32 product first (NumPy 2 keeps float32 *
-    # float in float32), torch fuses a multiply-add: an error of the product's size
-    ours, theirs = rt.add(a, b, alpha=3), torch.add(ta, tb, alpha=3)
-    scale = np.finfo(dtype).eps * (np.abs(ta.numpy()) + 3 * np.abs(tb.numpy()))
-    assert (np.abs(ours.cpu().numpy() - theirs.numpy()) <= scale).all()
     for name in EXACT_UNARY:
         same_bits(getattr(rt, name)(b), getattr(torch, name)(tb))
-    assert set(launched) == {"binary_vectorized_kernel", "unary_vectorized_kernel"}
+    assert launched == [f"binary_{kernel}_kernel"] * len(EXACT_BINARY) + [
+        f"unary_{kernel}_kernel"
+    ] * len(EXACT_UNARY)
+
+
+def test_one_misaligned_operand_decides_for_all(launched):
+    n = 3 * BLOCK
+    (a, b), (ta, tb) = operands(n, 0, np.float32)  # aligned to 16 bytes
+    (c,), (tc,) = operands(n, 1, np.float32, count=1)  # 4 bytes past
+    (d,), (td,) = operands(n, 2, np.float32, count=1)  # 8 bytes past
+    same_bits(rt.mul(a, c), torch.mul(ta, tc))
+    same_bits(rt.mul(a, d), torch.mul(ta, td))
+    same_bits(rt.mul(d, a), torch.mul(td, ta))
+    out, tout = operands(n, 2, np.float32, count=1)  # an 8-byte output, 16-byte inputs
+    rt.add(a, b, out=out[0]), torch.add(ta, tb, out=tout[0])
+    same_bits(out[0], tout[0])
+    assert launched == ["binary_contiguous_kernel"] + ["binary_vectorized2_kernel"] * 3
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_one_misaligned_operand_sends_the_op_to_the_unrolled_kernel(dtype, launched):
-    n = 300
-    (a, b), (ta, tb) = operands(n, 1, dtype)  # both start at element 1
-    (c, _), (tc, _) = operands(n + 1, 0, dtype, seed=1)
-    c = c[:n]  # aligned, beside the misaligned b
-    tc = tc[:n]
-    same_bits(rt.add(a, b), torch.add(ta, tb))
-    same_bits(rt.mul(c, b), torch.mul(tc, tb))
-    same_bits(rt.neg(b), torch.neg(tb))
-    assert launched == ["binary_contiguous_kernel"] * 2 + ["unary_contiguous_kernel"]
-    launched.clear()
-    same_bits(rt.div(c, c), torch.div(tc, tc))
-    assert launched == ["binary_vectorized_kernel"]
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 63, 64, 65, 1023, 4097])
+def test_sizes_around_the_vector_and_the_block(n, dtype):
+    for offset in (0, 1, 2):
+        (a, b), (ta, tb) = operands(n, offset, dtype, seed=n)
+        same_bits(rt.sub(a, b), torch.sub(ta, tb))
+        same_bits(rt.neg(a), torch.neg(ta))
 
 
 def test_an_empty_tensor_launches_nothing(launched):
@@ -114,18 +140,42 @@ def test_an_empty_tensor_launches_nothing(launched):
     assert launched == []
 
 
-def test_strided_operands_still_take_the_general_kernel(launched):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_in_place_ops_read_each_vector_before_writing_it(dtype, launched):
+    n = 2 * BLOCK + 5
+    (a, b), (ta, tb) = operands(n, 0, dtype, seed=3)
+    rt.add_(a, b), ta.add_(tb)
+    same_bits(a, ta)
+    rt.mul(b, a, out=b), torch.mul(tb, ta, out=tb)
+    same_bits(b, tb)
+    vec = 4 if dtype == np.float32 else 2
+    assert launched == [f"binary_vectorized{vec}_kernel"] * 2
+
+
+def test_broadcast_and_strided_operands_take_the_general_kernel(launched):
     (a, b), (ta, tb) = operands(200, 0, np.float32)
     x, tx = a.view(20, 10).t(), ta.view(20, 10).t()
     y, ty = b.view(10, 20), tb.view(10, 20)  # x transposed, y not: no common linear order
     same_bits(rt.sub(x, y), torch.sub(tx, ty))
+    same_bits(rt.mul(a.view(20, 10), b[:10]), torch.mul(ta.view(20, 10), tb[:10]))  # broadcast
     same_bits(rt.neg(a[::3]), torch.neg(ta[::3]))
-    assert launched == ["binary_kernel", "unary_kernel"]  # the offset calculator's kernels
+    assert launched == ["binary_kernel", "binary_kernel", "unary_kernel"]
 
 
-@settings(max_examples=12, deadline=None)
+def test_add_with_alpha_differs_from_torch_by_one_rounding_at_most(launched):
+    """a + alpha * b: the kernel rounds the product, torch's CPU loop fuses a multiply-add,
+    so they may differ by the product's rounding error, never more."""
+    (a, b), (ta, tb) = operands(3 * BLOCK + 1, 0, np.float32)
+    ours, theirs = rt.add(a, b, alpha=3), torch.add(ta, tb, alpha=3)
+    scale = np.finfo(np.float32).eps * (np.abs(ta.numpy()) + 3 * np.abs(tb.numpy()))
+    assert (np.abs(ours.cpu().numpy() - theirs.numpy()) <= scale).all()
+    assert launched == ["binary_vectorized4_kernel"]
+
+
+@pytest.mark.slow
+@settings(max_examples=15, deadline=None)
 @given(
-    n=st.integers(1, 3 * K.ELEMS_PER_THREAD * K._vectorized_config(1)[1] + 5),
+    n=st.integers(1, 3 * BLOCK + 5),
     offset=st.integers(0, 5),
     dtype=st.sampled_from([np.float32, np.float64]),
     op=st.sampled_from(EXACT_BINARY),
@@ -139,35 +189,45 @@ def test_random_sizes_and_offsets_give_torchs_bits(n, offset, dtype, op):
 PTX = """
 import tools.check_ptx as check
 import retorch.cuda as rcuda
-from retorch.tensor import cuda_kernels as K
+from retorch.tensor import cuda_vectorized as V
 
-for kernel in (K.binary_vectorized_kernel, K.unary_vectorized_kernel):
+for kernel in (*V.BINARY.values(), *V.UNARY.values()):
     (spec,) = [s for s in rcuda.KERNELS if s.pyfunc is kernel.py_func]
     for sig in spec.signatures:
         one = rcuda.KernelSpec(spec.pyfunc, (sig,))
-        ptx = rcuda.compile_ptx(one, (8, 0))
-        words = [line.split()[0] for line in ptx.splitlines() if line.strip()]
-        counts = {w: words.count(w) for w in sorted(set(words)) if w.startswith(("ld.global", "st.global", "ld.local", "st.local"))}
-        (used,) = check.resources(one, (9, 0))
-        print(kernel.py_func.__name__, sig.split(",")[-1].strip(" )"), counts,
-              used["stack_bytes"] + used["spilled_bytes"])
+        for cc in ((7, 5), (8, 0), (9, 0)):
+            ptx = rcuda.compile_ptx(one, cc)
+            words = [line.split()[0] for line in ptx.splitlines() if line.strip()]
+            ops = sorted(w for w in set(words) if w.startswith(("ld.", "st.")))
+            (used,) = check.resources(one, cc)
+            local = used["stack_bytes"] + used["spilled_bytes"]
+            counts = " ".join(f"{w}={words.count(w)}" for w in ops)
+            print(kernel.py_func.__name__, sig.split(",")[-1].strip(" )"), f"sm_{cc[0]}{cc[1]}",
+                  f"registers={used['registers']}", f"local={local}", counts)
 """
 
 
 @pytest.mark.slow
-def test_vector_path_compiles_to_v4_loads_and_no_local_memory():
+def test_vector_path_compiles_to_vector_loads_and_no_local_memory():
+    """For sm_75/80/90: each thread of a full block issues ``8 / vec`` vector loads per input
+    and as many vector stores (``ld.global.v4.f32``; ``.v2.f32`` where the pointers allow only
+    8 bytes; ``.v2.f64`` for float64), the scalar tail's accesses, and no local memory."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(PTX)], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+                            capture_output=True, text=True, timeout=900)  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    lines = {tuple(line.split()[:2]): line for line in out.splitlines()}
-    quads = K.ELEMS_PER_THREAD // K.VEC  # 16-byte accesses per operand per thread
-    for kernel, inputs in (("binary_vectorized_kernel", 2), ("unary_vectorized_kernel", 1)):
-        f32, f64 = lines[(kernel, "float32")], lines[(kernel, "float64")]
-        assert f"'ld.global.v4.f32': {inputs * quads}" in f32, out
-        assert f"'st.global.v4.f32': {quads}" in f32, out
-        assert f"'ld.global.v2.f64': {2 * inputs * quads}" in f64, out
-        assert f"'st.global.v2.f64': {2 * quads}" in f64, out
-        for line in (f32, f64):
-            assert "local" not in line and line.endswith(" 0"), out
+    print(out)
+    lines = {tuple(line.split()[:3]): line.split()[3:] for line in out.splitlines()}
+    cases = [(4, "float32", "v4.f32"), (2, "float32", "v2.f32"), (2, "float64", "v2.f64")]
+    for (vec, dtype, vector), (kernel, inputs) in (
+        (case, kernel) for case in cases for kernel in (("binary", 2), ("unary", 1))
+    ):
+        loads = V.ELEMS_PER_THREAD // vec  # vectors per operand per thread
+        for cc in ("sm_75", "sm_80", "sm_90"):
+            words = lines[(f"{kernel}_vectorized{vec}_kernel", dtype, cc)]
+            assert "local=0" in words, (kernel, vec, dtype, cc, words)
+            assert f"ld.global.{vector}={inputs * loads}" in words, (kernel, vec, dtype, words)
+            assert f"st.global.{vector}={loads}" in words, (kernel, vec, dtype, words)
+            assert not any(w.startswith(("ld.local", "st.local")) for w in words), words
+    assert len(lines) == 2 * 3 * 3  # (binary, unary) x (v4 f32, v2 f32, v2 f64) x 3 archs

@@ -2,8 +2,8 @@
 
 Mirrors ``aten/src/ATen/native/cuda/Loops.cuh`` and ``CUDALoops.cuh`` (``gpu_kernel``: one
 thread per output element, the element's offset in each operand computed from its linear
-index by ``OffsetCalculator``; for contiguous operands, ``vectorized_elementwise_kernel``'s
-16-byte loads when every operand is 16-byte aligned, else the unrolled kernel without offsets),
+index by ``OffsetCalculator``; for contiguous operands, ``vectorized_elementwise_kernel``
+(``cuda_vectorized.py``) where the pointers allow vector loads, else the unrolled kernel),
 ``Reduce.cuh`` (a block cooperates on one output, with a tree in shared memory),
 ``ScatterGatherKernel.cu`` and, for matmul, three textbook kernels: naive, shared-memory tiled,
 and register-tiled (torch itself calls cuBLAS: ``aten/src/ATen/native/cuda/Blas.cpp``).
@@ -23,7 +23,6 @@ from numba import cuda, uint64
 
 from .. import cuda as rcuda
 from ..cuda_launch import device_attributes, launch
-from ..cuda_ptr import aligned, array_at, load4, store4
 from . import scalar_ops as S
 
 FLOATS = ("float32", "float64")
@@ -103,85 +102,6 @@ def binary_contiguous_kernel(op, out, oo, a, ao, b, bo, alpha, n):
         i = base + u * threads
         if i < n:
             out[oo + i] = binary_float(op, x[u], y[u], alpha)
-
-
-#: torch's ``num_threads()`` on CUDA (``thread_constants.h``): four warps a block.
-NUM_THREADS = 128
-#: ``elems_per_thread<io_size>()`` of ``CUDALoops.cuh`` for 4- and 8-byte types on CUDA: a
-#: thread of :func:`binary_vectorized_kernel` takes 8 elements, two quads of 16-byte loads.
-ELEMS_PER_THREAD = 8
-#: Elements of one vector access (``load4``: 16 bytes of float32; float64 as two 16-byte halves).
-VEC = 4
-
-
-@rcuda.kernel(*(f"void(int64, int64, int64, int64, float64, int64, {t})" for t in FLOATS))
-def binary_vectorized_kernel(op, out_ptr, a_ptr, b_ptr, alpha, n, zero):
-    """torch's ``vectorized_elementwise_kernel``: the operands arrive as addresses (``char*
-    data[]``), every one a multiple of 16 bytes (the host checked, as ``can_vectorize_up_to``
-    does). A block of T threads owns ``ELEMS_PER_THREAD * T`` consecutive elements. A full
-    block takes them in quads: thread ``t`` loads quads ``t`` and ``t + T`` of each input
-    (16 bytes each, coalesced across the warp), all loads before any store. The last block,
-    if partial, takes the unrolled scalar path (``policies::unroll``): element ``t + k * T``
-    for each ``k``, bounds-checked. ``zero`` names the dtype (:func:`retorch.cuda_ptr.array_at`)."""
-    out = array_at(out_ptr, n, zero)
-    a = array_at(a_ptr, n, zero)
-    b = array_at(b_ptr, n, zero)
-    threads = cuda.blockDim.x
-    start = cuda.blockIdx.x * (ELEMS_PER_THREAD * threads)
-    tid = cuda.threadIdx.x
-    x = cuda.local.array(ELEMS_PER_THREAD, dtype=a.dtype)
-    y = cuda.local.array(ELEMS_PER_THREAD, dtype=a.dtype)
-    if n - start >= ELEMS_PER_THREAD * threads:  # a full block: 16-byte loads and stores
-        for v in range(ELEMS_PER_THREAD // VEC):
-            i = start + (tid + v * threads) * VEC
-            x[v * VEC], x[v * VEC + 1], x[v * VEC + 2], x[v * VEC + 3] = load4(a, i)
-            y[v * VEC], y[v * VEC + 1], y[v * VEC + 2], y[v * VEC + 3] = load4(b, i)
-        for v in range(ELEMS_PER_THREAD // VEC):
-            i = start + (tid + v * threads) * VEC
-            k = v * VEC
-            store4(out, i, binary_float(op, x[k], y[k], alpha),
-                   binary_float(op, x[k + 1], y[k + 1], alpha),
-                   binary_float(op, x[k + 2], y[k + 2], alpha),
-                   binary_float(op, x[k + 3], y[k + 3], alpha))  # fmt: skip
-        return
-    for k in range(ELEMS_PER_THREAD):  # the tail block: scalar, every load first ...
-        i = start + tid + k * threads
-        if i < n:
-            x[k] = a[i]
-            y[k] = b[i]
-    for k in range(ELEMS_PER_THREAD):  # ... then compute and store
-        i = start + tid + k * threads
-        if i < n:
-            out[i] = binary_float(op, x[k], y[k], alpha)
-
-
-@rcuda.kernel(*(f"void(int64, int64, int64, int64, {t})" for t in FLOATS))
-def unary_vectorized_kernel(op, out_ptr, a_ptr, n, zero):
-    """:func:`binary_vectorized_kernel` with one input."""
-    out = array_at(out_ptr, n, zero)
-    a = array_at(a_ptr, n, zero)
-    threads = cuda.blockDim.x
-    start = cuda.blockIdx.x * (ELEMS_PER_THREAD * threads)
-    tid = cuda.threadIdx.x
-    x = cuda.local.array(ELEMS_PER_THREAD, dtype=a.dtype)
-    if n - start >= ELEMS_PER_THREAD * threads:
-        for v in range(ELEMS_PER_THREAD // VEC):
-            i = start + (tid + v * threads) * VEC
-            x[v * VEC], x[v * VEC + 1], x[v * VEC + 2], x[v * VEC + 3] = load4(a, i)
-        for v in range(ELEMS_PER_THREAD // VEC):
-            i = start + (tid + v * threads) * VEC
-            k = v * VEC
-            store4(out, i, unary_float(op, x[k]), unary_float(op, x[k + 1]),
-                   unary_float(op, x[k + 2]), unary_float(op, x[k + 3]))  # fmt: skip
-        return
-    for k in range(ELEMS_PER_THREAD):
-        i = start + tid + k * threads
-        if i < n:
-            x[k] = a[i]
-    for k in range(ELEMS_PER_THREAD):
-        i = start + tid + k * threads
-        if i < n:
-            out[i] = unary_float(op, x[k])
 
 
 @rcuda.kernel(
@@ -559,26 +479,6 @@ def _unrolled_config(n: int) -> tuple[int, int]:
     return -(-n // (UNROLL * threads)), threads
 
 
-#: Threads per block of the vectorized kernels under the simulator (a Python thread each).
-SIMULATED_VEC_THREADS = 8
-
-
-def _vectorized_config(n: int) -> tuple[int, int]:
-    """(blocks, threads) of the vectorized kernels: NUM_THREADS threads and one block per
-    ``ELEMS_PER_THREAD * NUM_THREADS`` elements (torch's ``io_block_work_size``); under the
-    simulator, blocks of SIMULATED_VEC_THREADS threads."""
-    threads = SIMULATED_VEC_THREADS if rcuda.simulator_enabled() else NUM_THREADS
-    return -(-n // (ELEMS_PER_THREAD * threads)), threads
-
-
-def _vector_ptrs(it):
-    """The operands' addresses (output first, as torch's ``data[]``) if every one is a
-    multiple of 16 bytes, else None: ``memory::can_vectorize_up_to`` takes the minimum over
-    all operands, so one misaligned input sends the op to the scalar kernel."""
-    ptrs = [op.tensor.data_ptr() for op in it.operands]
-    return ptrs if all(aligned(p) for p in ptrs) else None
-
-
 def _launch(k, n, *args):
     """A grid-stride kernel over ``n`` elements, through the one launch path (its configured
     launcher cached, on torch's current stream, no host synchronisation)."""
@@ -595,12 +495,10 @@ def binary_cuda(it, op, alpha):
     alpha = float(it.common_dtype.np.type(alpha))
     n = it.numel()
     if _contiguous(shape, strides, n):
-        ptrs = _vector_ptrs(it)
-        if ptrs is None:  # some operand is not 16-byte aligned: the unrolled scalar kernel
+        from . import cuda_vectorized  # launch_vectorized_kernel; False: vec_size 1
+
+        if not cuda_vectorized.binary(it, op, alpha, n):
             binary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, alpha, n)
-        else:
-            zero = it.common_dtype.np.type(0)
-            launch(binary_vectorized_kernel, *_vectorized_config(n), op, *ptrs, alpha, n, zero)
         return
     _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides), alpha)
 
@@ -622,12 +520,10 @@ def unary_cuda(it, op):
     (out, a), (oo, ao), shape, strides = it.kernel_args()
     n = it.numel()
     if _contiguous(shape, strides, n):
-        ptrs = _vector_ptrs(it)
-        if ptrs is None:
+        from . import cuda_vectorized
+
+        if not cuda_vectorized.unary(it, op, n):
             unary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, n)
-        else:
-            zero = it.common_dtype.np.type(0)
-            launch(unary_vectorized_kernel, *_vectorized_config(n), op, *ptrs, n, zero)
         return
     _launch(unary_kernel, n, op, out, oo, a, ao, *by_value(shape, strides))
 
