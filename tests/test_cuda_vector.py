@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -124,6 +125,25 @@ def test_one_misaligned_operand_decides_for_all(launched):
     assert launched == ["binary_contiguous_kernel"] + ["binary_vectorized2_kernel"] * 3
 
 
+def at_32_bytes(n, dtype, seed):
+    """A cuda tensor of ``n`` elements whose address is a multiple of 32 bytes, and torch's."""
+    data = np.random.default_rng(seed).standard_normal(n + 8).astype(dtype)
+    base = rt.from_numpy(data).to("cuda")
+    skip = (-base.data_ptr() % 32) // data.itemsize
+    return base[skip : skip + n], torch.from_numpy(data[skip : skip + n])
+
+
+def test_float64_takes_16_byte_vectors_even_where_32_would_fit(launched):
+    """Every pointer a multiple of 32 bytes allows 4 doubles (``can_vectorize_up_to``), and
+    ``launch_vectorized_kernel`` caps the vector at ``16 / sizeof(double)`` = 2."""
+    n = 2 * BLOCK + 1
+    (a, ta), (b, tb), (out, tout) = (at_32_bytes(n, np.float64, seed) for seed in range(3))
+    assert all(t.data_ptr() % 32 == 0 for t in (a, b, out))
+    rt.div(a, b, out=out), torch.div(ta, tb, out=tout)
+    same_bits(out, tout)
+    assert launched == ["binary_vectorized2_kernel"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 63, 64, 65, 1023, 4097])
 def test_sizes_around_the_vector_and_the_block(n, dtype):
@@ -131,6 +151,37 @@ def test_sizes_around_the_vector_and_the_block(n, dtype):
         (a, b), (ta, tb) = operands(n, offset, dtype, seed=n)
         same_bits(rt.sub(a, b), torch.sub(ta, tb))
         same_bits(rt.neg(a), torch.neg(ta))
+
+
+@pytest.mark.simulator  # it watches the simulator's threads (on a GPU: a subprocess with it on)
+@pytest.mark.parametrize("dtype, offset, vec", [(np.float32, 0, 4), (np.float32, 2, 2),
+                                               (np.float64, 0, 2)])  # fmt: skip
+def test_a_threads_vectors_are_a_block_apart_as_torchs_policy(dtype, offset, vec, monkeypatch):
+    """``load_vector<vec_size>(from, thread_idx + i * num_threads())``: in step ``i`` the
+    threads of a block read neighbouring vectors (a warp's loads coalesce), and a thread's
+    next vector is a block's width of vectors further, never its own neighbour."""
+    loads = []
+    real = {4: V.load4, 2: V.load2}[vec]
+
+    def spy(array, i):  # runs in the simulator's thread of the CUDA thread (a BlockThread)
+        me = threading.current_thread()
+        loads.append((me.blockIdx.x, me.threadIdx.x, i))
+        return real(array, i)
+
+    monkeypatch.setattr(V, f"load{vec}", spy)
+    n = 2 * BLOCK + 3  # two full blocks (vector loads) and a tail (scalar loads)
+    (a, b), (ta, tb) = operands(n, offset, dtype)
+    same_bits(rt.sub(a, b), torch.sub(ta, tb))
+    threads = V.config(n)[1]
+    steps = V.ELEMS_PER_THREAD // vec
+    expected = [
+        (block, t, block * BLOCK + (t + k * threads) * vec)
+        for block in range(2) for t in range(threads) for k in range(steps) for _ in "ab"
+    ]  # fmt: skip
+    assert sorted(loads) == sorted(expected)
+    for block, t in {(bl, t) for bl, t, _ in loads}:  # in each thread's own order
+        mine = [i for bl, tt, i in loads if (bl, tt) == (block, t)]
+        assert mine == [x for bl, tt, x in expected if (bl, tt) == (block, t)]
 
 
 def test_an_empty_tensor_launches_nothing(launched):
@@ -172,7 +223,6 @@ def test_add_with_alpha_differs_from_torch_by_one_rounding_at_most(launched):
     assert launched == ["binary_vectorized4_kernel"]
 
 
-@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     n=st.integers(1, 3 * BLOCK + 5),
