@@ -2,8 +2,7 @@
 
 Mirrors ``aten/src/ATen/native/cuda/Loops.cuh`` and ``CUDALoops.cuh`` (``gpu_kernel``: one
 thread per output element, the element's offset in each operand computed from its linear
-index by ``OffsetCalculator``; for contiguous operands, ``vectorized_elementwise_kernel``
-(``cuda_vectorized.py``) where the pointers allow vector loads, else the unrolled kernel),
+index by ``OffsetCalculator``; contiguous operands: ``cuda_vectorized.py``, else unrolled),
 ``Reduce.cuh`` (a block cooperates on one output, with a tree in shared memory),
 ``ScatterGatherKernel.cu`` and, for matmul, three textbook kernels: naive, shared-memory tiled,
 and register-tiled (torch itself calls cuBLAS: ``aten/src/ATen/native/cuda/Blas.cpp``).

@@ -7,8 +7,10 @@ torch runs every elementwise op whose operands are contiguous (``iter.is_contigu
   (``memory::can_vectorize_up_to`` in ``MemoryAccess.cuh``: a pointer aligned to 4 elements
   allows 4, to 2 elements 2, else 1), capped at 16 bytes (``16 / sizeof(result)``): float32
   takes 4, 2 or 1, float64 2 or 1 (:func:`vec_size`);
-* 1: ``unrolled_elementwise_kernel``, scalar loads (here: ``cuda_kernels``' unrolled kernel);
-* 2 or 4: ``vectorized_elementwise_kernel<vec_size>``, :func:`binary_vectorized_kernel` below:
+* 1: ``unrolled_elementwise_kernel``, scalar loads (here: ``cuda_kernels``' unrolled kernel,
+  which takes 4 elements a thread, ``thread_work_size()``, where torch's takes 8);
+* 2 or 4: ``vectorized_elementwise_kernel<vec_size>``, ``BINARY[vec_size]`` and
+  ``UNARY[vec_size]`` below (``binary_vectorized4_kernel``, ..., one per template instance):
   ``num_threads()`` = 128 threads a block, ``elems_per_thread<io_size>()`` = 8 elements a thread
   (every float op here moves at least 8 bytes per element), one block per 1024 elements. In a
   full block thread ``t`` loads vectors ``t, t + 128, ..`` of each input (``vectorized`` policy:
