@@ -13,7 +13,9 @@ per thread), and the register-tiled one compiled with at most 128 registers a th
 two blocks of 256 threads fit an SM's 65,536 registers, for a few values spilled to local
 memory), against torch.cuda's matmul (cuBLAS) with TF32 off at 4096, in TFLOP/s (CUDA
 events around blocks of 3 calls), with the device's peak fp32 rate from its SM count and
-clock as the roofline, stored with the device's name.
+clock as the roofline, stored with the device's name; and every rung of the SGEMM ladder
+(``retorch/tensor/cuda_sgemm.py``: uncoalesced, coalesced, shared-memory tiles, 1-D and 2-D
+block tiling, 16-byte vectorized) on the same operands.
 """
 
 from __future__ import annotations
@@ -120,6 +122,19 @@ def mm_with(name: str, a, b, regtile=None):
         cuda_kernels.mm_regtile_kernel = real
 
 
+def sgemm_ladder(a, b) -> dict:
+    """The rungs of ``retorch/tensor/cuda_sgemm.py`` on torch's operands (their memory, as
+    Numba device arrays: no copy), each writing into one preallocated output."""
+    from numba import cuda
+
+    from retorch.tensor import cuda_sgemm
+
+    da, db = cuda.as_cuda_array(a), cuda.as_cuda_array(b)
+    dc = cuda.device_array((a.shape[0], b.shape[1]), dtype=np.float32)
+    return {f"retorch sgemm ladder: {rung}": (lambda r=rung: cuda_sgemm.sgemm(da, db, r, dc))
+            for rung in cuda_sgemm.RUNGS}  # fmt: skip
+
+
 def run_gpu(quick: bool = False) -> dict:
     """The tiled and the register-tiled kernels against cuBLAS with TF32 off, in TFLOP/s, or
     why it was skipped."""
@@ -140,6 +155,7 @@ def run_gpu(quick: bool = False) -> dict:
         "retorch mm (register-tiled numba-cuda)": lambda: mm_with("regtile", ra, rb),
         "retorch mm (register-tiled, 128 registers)": lambda: mm_with("regtile", ra, rb, capped),
     }
+    impls.update(sgemm_ladder(a, b))
     samples = event_ms_per_call(impls, turns=3 if quick else 10, number=3)
     dev = cuda.get_current_device()
     # fp32 roofline: FP32 lanes per SM (64 up to sm_80, 128 from sm_86 on), 2 flops per

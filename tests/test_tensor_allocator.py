@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retorch.tensor import allocator as A
@@ -854,3 +854,163 @@ def test_parsed_settings_reach_the_model():
     assert A.parse_settings("max_non_split_rounding_mb:30") == {
         "max_non_split_rounding_size": 30 * MiB
     }
+
+
+# -- record_stream: insert_events / process_events -------------------------------------------
+
+
+def test_a_block_used_on_another_stream_waits_for_its_event():
+    alloc = CUDACachingAllocator(GiB)
+    x = alloc.malloc(MiB, stream=0)
+    alloc.record_stream(x, 1)
+    alloc.free(x)
+    assert (
+        stat(alloc, "allocated_bytes.all.current"),
+        stat(alloc, "active_bytes.all.current"),
+    ) == (0, MiB)  # freed on the host, still active: stream 1 may be reading it
+    states = [b["state"] for s in alloc.memory_snapshot() for b in s["blocks"]]
+    assert states == ["active_pending_free", "inactive"]  # the 1 MiB, and the 2 MiB segment's rest
+    y = alloc.malloc(MiB, stream=0)  # process_events: the event has not completed
+    assert y.ptr != x.ptr and stat(alloc, "segment.all.current") == 1 and y.segment is x.segment
+    z = alloc.malloc(MiB, stream=0)  # nothing cached fits: a new segment
+    assert stat(alloc, "segment.all.current") == 2 and z.segment is not x.segment
+    alloc.stream_synchronize(1)
+    w = alloc.malloc(MiB, stream=0)  # the event completed: the block is freed, then reused
+    assert w.ptr == x.ptr and stat(alloc, "active_bytes.all.current") == 3 * MiB
+
+
+def test_every_stream_must_finish_and_each_queue_is_its_own():
+    alloc = CUDACachingAllocator(GiB)
+    a, b = alloc.malloc(20 * MiB), alloc.malloc(20 * MiB)
+    for s in (1, 2):
+        alloc.record_stream(a, s)
+    alloc.record_stream(b, 2)
+    alloc.record_stream(b, 0)  # its own stream: ignored, no event
+    alloc.free(a)
+    alloc.free(b)
+    assert a.event_count == 2 and b.event_count == 1
+    alloc.stream_synchronize(2)
+    alloc.process_events()
+    assert not a.allocated and a in alloc.active_blocks  # stream 1 still pending
+    assert b not in alloc.active_blocks  # its only event done: cached
+    alloc.stream_synchronize(1)
+    alloc.process_events()
+    assert a not in alloc.active_blocks and not alloc.cuda_events
+    assert stat(alloc, "active_bytes.all.current") == 0
+
+
+def test_empty_cache_waits_for_pending_events_first():
+    alloc = CUDACachingAllocator(GiB)
+    x = alloc.malloc(30 * MiB)
+    alloc.record_stream(x, 7)
+    alloc.free(x)
+    alloc.empty_cache()  # synchronize_and_free_events, then release the whole segment
+    assert stat(alloc, "reserved_bytes.all.current") == 0
+    assert stat(alloc, "num_sync_all_streams") == 1 and not alloc.cuda_events
+
+
+def test_the_oom_retry_frees_pending_blocks():
+    alloc = CUDACachingAllocator(64 * MiB)
+    x = alloc.malloc(40 * MiB)
+    alloc.record_stream(x, 1)
+    alloc.free(x)
+    y = alloc.malloc(40 * MiB)  # no room beside the pending block: the retry syncs and frees
+    assert stat(alloc, "num_alloc_retries") == 1 and y.size == 40 * MiB
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["alloc", "free", "record", "sync", "empty"]),
+            st.integers(0, 7),
+            st.integers(0, 2),
+        ),
+        max_size=40,
+    )
+)
+def test_a_block_is_never_handed_out_while_another_stream_may_use_it(steps):
+    """Random programs: a pending block's bytes never overlap a new block's, and the counters
+    agree (active = allocated + pending)."""
+    alloc = CUDACachingAllocator(GiB)
+    live, pending = [], []
+    sizes = [512, 4096, MiB, 3 * MiB, 12 * MiB, 25 * MiB]
+    for op, i, s in steps:
+        if op == "alloc":
+            b = alloc.malloc(sizes[i % len(sizes)], stream=s)
+            for p in pending:
+                if p.event_count:
+                    assert b.ptr + b.size <= p.ptr or p.ptr + p.size <= b.ptr
+            live.append(b)
+        elif op == "free" and live:
+            b = live.pop(i % len(live))
+            alloc.free(b)
+            pending.append(b)
+        elif op == "record" and live:
+            alloc.record_stream(live[i % len(live)], s)
+        elif op == "sync":
+            alloc.stream_synchronize(s)
+        elif op == "empty":
+            alloc.empty_cache()
+        pending = [p for p in pending if p.event_count]
+        waiting = sum(p.size for p in pending)
+        assert (
+            stat(alloc, "active_bytes.all.current")
+            == stat(alloc, "allocated_bytes.all.current") + waiting
+        )
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="compares the model's record_stream with torch.cuda's, which needs a CUDA GPU",
+)
+def test_record_stream_matches_torch_cuda():
+    """On a GPU: a tensor recorded on a busy side stream is not reused by the next allocation
+    of its size, and is reused once that stream has finished; the model agrees at each step."""
+    side = torch.cuda.Stream()
+    main = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_stats()
+    same = SameAddresses(torch.cuda.memory_snapshot)
+    model = CUDACachingAllocator(
+        torch.cuda.get_device_properties(0).total_memory, same.malloc, same.free
+    )
+    names = [
+        "allocated_bytes.all.current",
+        "active_bytes.all.current",
+        "segment.all.current",
+        "reserved_bytes.all.current",
+    ]
+
+    def agree(step):
+        real = torch.cuda.memory_stats()
+        ours = model.memory_stats()
+        diff = {n: (ours[n], real[n] - base[n]) for n in names if ours[n] != real[n] - base[n]}
+        assert not diff, f"{step}: (model, torch.cuda) differ: {diff}"
+
+    sid = main.cuda_stream  # the model's stream numbers: torch's handles
+    with torch.cuda.stream(main):
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        bx = model.malloc(MiB, stream=sid)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # keep the side stream busy (~0.1 s)
+        x.record_stream(side)
+        model.record_stream(bx, side.cuda_stream)
+        x_ptr = x.data_ptr()
+        del x
+        model.free(bx)
+        agree("after free")
+        y = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        by = model.malloc(MiB, stream=sid)
+        assert (y.data_ptr() == x_ptr) is False and by.ptr == y.data_ptr()
+        agree("while the side stream runs")
+        side.synchronize()
+        model.stream_synchronize(side.cuda_stream)
+        z = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        bz = model.malloc(MiB, stream=sid)
+        assert z.data_ptr() == x_ptr and bz.ptr == z.data_ptr()
+        agree("after the side stream finished")
+        del y, z
+        model.free(by)
+        model.free(bz)
+    torch.cuda.synchronize()

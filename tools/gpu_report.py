@@ -56,6 +56,7 @@ TESTS = [
     "tests/test_dispatch_device.py",
     "tests/test_dispatch_tensor.py",
     "tests/test_inductor.py",
+    "tests/test_tensor_allocator.py",  # the allocator model beside torch.cuda's, record_stream too
     "tests/test_cuda_ptr.py",
     "tests/test_cuda_vector.py",
 ]

@@ -11,13 +11,16 @@ Mirrors torch/_functorch/partitioners.py at torch v2.13.0:
   forward tensor (primals included) is a candidate to save, and the backward keeps those it
   reads. The forward graph is then exactly the user's forward, and the saved tensors are
   those eager autograd's nodes would save.
-- `recompute_partition`: the rebuild's stand-in for `min_cut_rematerialization_partition`.
+- `recompute_partition`: a greedy approximation of `min_cut_rematerialization_partition`,
+  kept as the baseline tests/test_aot.py measures. The min-cut itself, torch's flow network
+  solved by `networkx.minimum_cut`, is `min_cut.py`'s `min_cut_rematerialization_partition`.
 
-How `recompute_partition` differs from torch's min-cut: torch builds a flow network over the
-joint graph (a node's capacity is the bytes of its output, infinite for nodes banned from
-recomputation) and saves a minimum cut between the primals and the backward's needs. The
-rebuild keeps torch's *bans* (`should_ban_recomputation` in `solve_min_cut`, below as
-`ban_reason`) and replaces the cut by a greedy walk. The bans, in torch's order:
+How `recompute_partition` differs from torch's min-cut (min_cut.py): torch builds a flow
+network over the joint graph (a node's capacity is the bytes of its output, infinite for
+nodes banned from recomputation) and saves a minimum cut between the primals and the
+backward's needs. `recompute_partition` keeps torch's *bans* (`should_ban_recomputation` in
+`solve_min_cut`, below as `ban_reason`) and replaces the cut by a greedy walk. The bans, in
+torch's order:
 
 - "not in recomputable allowlist": the op is not in `RECOMPUTABLE_OPS`, a subset of torch's
   `get_default_op_list().recomputable_ops` (pointwise arithmetic, aliases, and pointwise

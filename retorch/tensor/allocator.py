@@ -30,9 +30,15 @@ The function bodies were read from pytorch/pytorch's main branch (commit 001074d
 constants and the configuration defaults are checked, in tests/test_tensor_allocator.py, against
 the headers that torch 2.13 installs (``torch/include/c10/core/AllocatorConfig.h``).
 
-Left out: CUDA-graph private pools, expandable segments, ``record_stream`` events (so
-``active`` always equals ``allocated`` here), the memory-fraction garbage collector and
-free-memory callbacks. Streams are plain integers.
+* ``recordStream`` / ``insert_events`` / ``process_events``: a block used on another stream
+  (``Tensor.record_stream``) is not cached when freed; an event is recorded on each such
+  stream, and the block stays *active* (no longer *allocated*) until ``process_events``, at the
+  start of a later ``malloc``, finds all of them completed; ``synchronize_and_free_events``
+  waits for them all before ``empty_cache`` and the out-of-memory retry release memory.
+
+Left out: CUDA-graph private pools, expandable segments, the memory-fraction garbage collector
+and free-memory callbacks. Streams are plain integers, and an event completes when the model is
+told its stream's work is done (``stream_synchronize``).
 
 The raw device memory is pluggable. By default :class:`CUDACachingAllocator` hands out fake
 addresses from a counter (a pure model, any device size); with ``raw_malloc=numba_raw_malloc``
@@ -51,7 +57,7 @@ import gc
 import itertools
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 # c10/core/AllocatorConfig.h (v2.13.0), lines 17-25
@@ -252,6 +258,9 @@ class Block:
     allocated: bool = False
     prev: Block | None = field(default=None, repr=False)
     next: Block | None = field(default=None, repr=False)
+    # record_stream: the other streams that used the block, then the events still pending
+    stream_uses: set = field(default_factory=set, repr=False)
+    event_count: int = 0
 
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
@@ -315,6 +324,16 @@ class BlockPool:
 
 
 @dataclass(eq=False)
+class Event:
+    """A CUDA event recorded on ``stream`` (``EventPool::Event``): in the model it completes
+    when the allocator is told that the stream's work so far is done
+    (:meth:`CUDACachingAllocator.stream_synchronize`)."""
+
+    stream: int
+    done: bool = False
+
+
+@dataclass(eq=False)
 class AllocParams:
     """``AllocParams``: one request on its way through ``malloc``."""
 
@@ -371,6 +390,9 @@ class CUDACachingAllocator:
         self.total_allocated_memory = 0
         self.stats = DeviceStats(max_split_size)
         self._next_address = FAKE_BASE_ADDRESS
+        # cuda_events: per stream, (event, block) pairs in the order they were recorded
+        self.cuda_events: dict[int, deque] = {}
+        self._recorded: dict[int, list[Event]] = {}  # the events on each stream, not yet done
 
     # -- public API: DeviceCachingAllocator::malloc / free / emptyCache / getStats / snapshot --
 
@@ -378,6 +400,7 @@ class CUDACachingAllocator:
         """Hand out a block of at least ``orig_size`` bytes usable on ``stream``."""
         if orig_size < 0:
             raise RuntimeError(f"cannot allocate a negative number of bytes ({orig_size})")
+        self.process_events()  # blocks whose other streams have finished come back first
         size = round_size(orig_size, self.roundup_power2_divisions)
         pool = self.get_pool(size)
         alloc_size = get_allocation_size(size, self.large_segment_size)
@@ -410,7 +433,61 @@ class CUDACachingAllocator:
             self.stats.allocated_bytes[t].decrease(block.size)
         if block.size >= self.max_split_size:
             self.stats.oversize_allocations.decrease(1)
-        self.free_block(block)
+        if block.stream_uses:  # used on other streams: cached only once their work is done
+            self.insert_events(block)
+        else:
+            self.free_block(block)
+
+    # -- record_stream: a block used on other streams waits for their events ------------------
+
+    def record_stream(self, block: Block, stream: int) -> None:
+        """``recordStream`` (``Tensor.record_stream``): ``block`` is used on ``stream`` too;
+        a use on the block's own stream needs no event and is ignored."""
+        if stream != block.stream:
+            block.stream_uses.add(stream)
+
+    def insert_events(self, block: Block) -> None:
+        """``insert_events``: record an event on each stream that used the freed block; the
+        block stays out of every pool (still *active*, no longer *allocated*) until all have
+        completed."""
+        for stream in sorted(block.stream_uses):
+            event = Event(stream)
+            self._recorded.setdefault(stream, []).append(event)
+            block.event_count += 1
+            self.cuda_events.setdefault(stream, deque()).append((event, block))
+        block.stream_uses = set()
+
+    def process_events(self) -> None:
+        """``process_events``, run at the start of every ``malloc``: per stream, pop the
+        completed events from the front of the queue (a stream's first pending event stops
+        that stream's queue, not the others'); a block whose last event completed is freed."""
+        for stream in list(self.cuda_events):
+            queue = self.cuda_events[stream]
+            while queue and queue[0][0].done:  # cudaEventQuery(*event) == cudaSuccess
+                _, block = queue.popleft()
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self.free_block(block)
+            if not queue:
+                del self.cuda_events[stream]
+
+    def synchronize_and_free_events(self) -> None:
+        """``synchronize_and_free_events``: wait for every pending event, then free its block
+        (what ``empty_cache`` and the out-of-memory retry do first)."""
+        self.stats.num_sync_all_streams += 1
+        for queue in self.cuda_events.values():
+            for event, block in queue:
+                self.stream_synchronize(event.stream)  # cudaEventSynchronize(*event)
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self.free_block(block)
+        self.cuda_events.clear()
+
+    def stream_synchronize(self, stream: int) -> None:
+        """The model's clock: the work queued on ``stream`` so far is done, so every event
+        recorded on it has completed (``cudaStreamSynchronize``)."""
+        for event in self._recorded.pop(stream, []):
+            event.done = True
 
     def empty_cache(self) -> None:
         """``emptyCache``: give every fully free segment back to the device."""
@@ -468,19 +545,22 @@ class CUDACachingAllocator:
                 "blocks": [],
             }
             block = head
-            while block is not None:
+            while block is not None:  # active: allocated, or freed with events pending
+                active = block.allocated or block.event_count > 0 or bool(block.stream_uses)
+                state = "active_allocated" if block.allocated else "active_pending_free"
                 seg["blocks"].append(
                     {
                         "address": block.ptr,
                         "size": block.size,
                         "requested_size": block.requested_size,
-                        "state": "active_allocated" if block.allocated else "inactive",
+                        "state": state if active else "inactive",
                         "frames": [],
                     }
                 )
                 seg["total_size"] += block.size
                 if block.allocated:
                     seg["allocated_size"] += block.size
+                if active:
                     seg["active_size"] += block.size
                     seg["requested_size"] += block.requested_size
                 block = block.next
@@ -661,7 +741,7 @@ class CUDACachingAllocator:
 
     def release_cached_blocks(self) -> bool:
         """``synchronize_and_free_events``, then ``release_blocks`` of the large and small pool."""
-        self.stats.num_sync_all_streams += 1  # synchronize_and_free_events
+        self.synchronize_and_free_events()
         self.release_blocks(self.large_blocks)
         self.release_blocks(self.small_blocks)
         return True
