@@ -204,22 +204,49 @@ def run(quick: bool = False) -> dict:
     }
 
 
+def _kernel_of(*tensors) -> str:
+    """The kernel ``rt.add`` launches for these contiguous float32 operands, output first: the
+    vectorized one of ``vec_size`` (``cuda_vectorized.vec_size``, torch's choice), or the
+    unrolled scalar one where ``vec_size`` is 1."""
+    from retorch.tensor import cuda_vectorized
+
+    vec = cuda_vectorized.vec_size([t.data_ptr() for t in tensors], 4)
+    return f"binary_vectorized{vec}_kernel" if vec > 1 else "binary_contiguous_kernel"
+
+
+def _same_bits(ours, theirs) -> bool:
+    return bool(np.array_equal(ours.cpu().numpy().view(np.uint32),
+                               theirs.cpu().numpy().view(np.uint32)))  # fmt: skip
+
+
 def run_gpu(quick: bool = False) -> dict:
-    """add of 64M float32 on the GPU, in GB/s (CUDA events, median), or why it was skipped."""
+    """add of 64M float32 on the GPU, in GB/s (CUDA events, median), or why it was skipped:
+    operands as allocated (16-byte aligned: retorch's vectorized kernel, ``kernel``), and
+    ``offset_rows``, the same add on views that start one element in (every pointer 4 bytes
+    past 16: vec_size 1, the unrolled scalar kernels of both libraries), kept out of ``rows``
+    so the goal reads the aligned case. ``bit_identical``: retorch's sums equal torch's."""
     reason = gpu_skip_reason()
     if reason:
         return {"skipped": reason}
     n = 1 << (22 if quick else 26)
-    a, b, out = (torch.rand(n, device="cuda") for _ in range(3))
+    a, b, out = (torch.rand(n + 1, device="cuda") for _ in range(3))
     ra, rb, rout = (rt.tensor(t.cpu().numpy(), device="cuda") for t in (a, b, out))
-    impls = {
-        "torch.add(out=)": lambda: torch.add(a, b, out=out),
-        "retorch add(out=) (numba-cuda)": lambda: rt.add(ra, rb, out=rout),
-    }
-    samples = event_ms_per_call(impls, turns=5 if quick else 25, number=10)
-    rows = [
-        {"case": f"add, {n >> 20}M float32", "impl": name,
-         "value": 12 * n / statistics.median(ms) / 1e6}
-        for name, ms in samples.items()
-    ]  # fmt: skip
-    return {"device": torch.cuda.get_device_name(), "unit": "GB/s", "rows": rows}
+    result = {"device": torch.cuda.get_device_name(), "unit": "GB/s"}
+    for key, at in (("rows", slice(0, n)), ("offset_rows", slice(1, n + 1))):
+        ta, tb, tout = a[at], b[at], out[at]
+        xa, xb, xout = ra[at], rb[at], rout[at]
+        impls = {
+            "torch.add(out=)": lambda: torch.add(ta, tb, out=tout),
+            "retorch add(out=) (numba-cuda)": lambda: rt.add(xa, xb, out=xout),
+        }
+        samples = event_ms_per_call(impls, turns=5 if quick else 25, number=10)
+        case = f"add, {n >> 20}M float32" + ("" if at.start == 0 else ", from element 1")
+        result[key] = [
+            {"case": case, "impl": name, "value": 12 * n / statistics.median(ms) / 1e6}
+            for name, ms in samples.items()
+        ]
+        kernel = _kernel_of(xout, xa, xb)
+        result["kernel" if at.start == 0 else "offset_kernel"] = kernel
+        same = _same_bits(xout, tout)
+        result["bit_identical"] = result.get("bit_identical", True) and same
+    return result

@@ -14,8 +14,13 @@ at a time. This module adds both, so one kernel source serves the GPU and the si
   ``i .. i + 3`` as 16-byte accesses (``ld.global.v4.f32`` / ``st.global.v4.f32``; a float64
   quad is two ``ld.global.v2.f64``), inline PTX as numba-cuda's ``cache_hints.py`` writes it.
   The address must be a multiple of 16 (:func:`aligned`), as the hardware requires.
+* :func:`load2` ``(array, i)`` and :func:`store2` ``(array, i, x0, x1)``: elements ``i, i + 1``
+  as ONE vector access of two elements (``ld.global.v2.f32``, 8 bytes, or ``ld.global.v2.f64``,
+  16 bytes): torch's ``aligned_vector<scalar_t, 2>``, which it uses where a pointer is aligned
+  to two elements but not four (float32), and for every aligned float64 operand. The address
+  must be a multiple of two elements' bytes.
 
-With the simulator on (no GPU: "device" memory is host memory), the same three names are
+With the simulator on (no GPU: "device" memory is host memory), the same names are
 plain Python: a NumPy view of the address through ctypes, and slices that raise, as a GPU
 faults ("misaligned address"), when the address is not a multiple of 16. The choice is made
 once, when this module is imported; :data:`SIMULATED` says which.
@@ -74,6 +79,28 @@ if SIMULATED:
             )
         if not 0 <= i <= array.shape[0] - 4:
             raise IndexError(f"vector access to elements {i}..{i + 3} of {array.shape[0]}")
+
+    def _pair(array, i):
+        alignment = 2 * array.dtype.itemsize
+        address = _address(array) + i * array.dtype.itemsize
+        if address % alignment:
+            raise RuntimeError(
+                f"misaligned address: a {alignment}-byte vector access at {address:#x}, which "
+                f"is not a multiple of {alignment} (a GPU raises cudaErrorMisalignedAddress)"
+            )
+        if not 0 <= i <= array.shape[0] - 2:
+            raise IndexError(f"vector access to elements {i}..{i + 1} of {array.shape[0]}")
+
+    def load2(array, i):
+        """The simulator's ``load2``: ``array[i:i + 2]`` as a tuple (two elements aligned)."""
+        _pair(array, i)
+        return array[i], array[i + 1]
+
+    def store2(array, i, x0, x1):
+        """The simulator's ``store2``: ``array[i:i + 2] = x0, x1`` (two elements aligned)."""
+        _pair(array, i)
+        array[i] = x0
+        array[i + 1] = x1
 
     def load4(array, i):
         """The simulator's ``load4``: ``array[i:i + 4]`` as a tuple (16-byte aligned)."""
@@ -177,3 +204,48 @@ else:
             return context.get_dummy_value()
 
         return types.void(array, i, x0, x1, x2, x3), codegen
+
+    @intrinsic
+    def load2(typingctx, array, i):
+        """Elements ``i, i + 1`` in one vector load: ``ld.global.v2.f32`` (8 bytes, float32) or
+        ``ld.global.v2.f64`` (16 bytes, float64), torch's ``aligned_vector<scalar_t, 2>``."""
+        _vector_type(array)
+        dtype = array.dtype
+        reg, suffix, _ = _PTX[dtype]
+
+        def codegen(context, builder, sig, args):
+            element = context.get_value_type(dtype)
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            asm = ir.InlineAsm(
+                ir.FunctionType(ir.LiteralStructType([element] * 2), [element.as_pointer()]),
+                f"ld.global.v2.{suffix} {{$0, $1}}, [$2];",
+                f"={reg},={reg},l",
+            )
+            loaded = builder.call(asm, [ptr])
+            values = [builder.extract_value(loaded, k) for k in range(2)]
+            return context.make_tuple(builder, sig.return_type, values)
+
+        return types.UniTuple(dtype, 2)(array, i), codegen
+
+    @intrinsic
+    def store2(typingctx, array, i, x0, x1):
+        """``array[i], array[i + 1] = x0, x1`` in one vector store (``st.global.v2.f32`` or
+        ``st.global.v2.f64``); the values are cast to the array's type first."""
+        _vector_type(array)
+        dtype = array.dtype
+        reg, suffix, _ = _PTX[dtype]
+
+        def codegen(context, builder, sig, args):
+            element = context.get_value_type(dtype)
+            ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            values = [context.cast(builder, v, t, dtype) for v, t in zip(args[2:], sig.args[2:])]
+            asm = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [element.as_pointer(), element, element]),
+                f"st.global.v2.{suffix} [$0], {{$1, $2}};",
+                f"l,{reg},{reg}",
+                side_effect=True,
+            )
+            builder.call(asm, [ptr, *values])
+            return context.get_dummy_value()
+
+        return types.void(array, i, x0, x1), codegen

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retorch.tensor as rt
-from retorch.tensor import cuda_kernels
+from retorch.tensor import cuda_kernels, cuda_vectorized
 
 # Numba's pedantic SSA check warns while compiling the inlined op switch (harmless; the
 # package silences it outside pytest, which resets warning filters per test)
@@ -158,11 +158,16 @@ def test_launches_pass_no_host_arrays(monkeypatch):
         name = spec.pyfunc.__name__
         if spec.pyfunc.__module__ == cuda_kernels.__name__ and not spec.device:
             monkeypatch.setattr(cuda_kernels, name, NoHostArrays(name, spec.dispatcher))
+    for table in (cuda_vectorized.BINARY, cuda_vectorized.UNARY):
+        for vec, kernel in list(table.items()):
+            monkeypatch.setitem(table, vec, NoHostArrays(kernel.py_func.__name__, kernel))
     a, ta = pair(A)
     b, tb = pair(B)
     c, tc = pair(A > 0)
     idx, tidx = pair(np.array([[1, 0], [0, 1]]))
-    for x, tx in ((a, ta), (a[:, ::2], ta[:, ::2])):  # the contiguous kernels, the general ones
+    flat, tflat = a.view(-1)[1:], ta.view(-1)[1:]  # from element 1: 4 bytes past 16, vec_size 1
+    # the vectorized kernels, the unrolled ones, the general ones
+    for x, tx in ((a, ta), (flat, tflat), (a[:, ::2], ta[:, ::2])):
         check(x * x, tx * tx)
         check(rt.gt(x, x * 0.5), torch.gt(tx, tx * 0.5))
         check(rt.exp(x), torch.exp(tx), rtol=RTOL32)
@@ -178,6 +183,7 @@ def test_launches_pass_no_host_arrays(monkeypatch):
     check(rt.mm(a, a.t()), torch.mm(ta, ta.t()), rtol=SUM32)
     kernels = "binary compare unary where copy gather scatter sum_rows mm_tiled".split()
     kernels += [f"{k}_contiguous" for k in ("binary", "compare", "unary", "copy")]
+    kernels += ["binary_vectorized4", "unary_vectorized4"]
     assert {f"{k}_kernel" for k in kernels} <= set(launched)
 
 

@@ -57,6 +57,8 @@ TESTS = [
     "tests/test_dispatch_tensor.py",
     "tests/test_inductor.py",
     "tests/test_tensor_allocator.py",  # the allocator model beside torch.cuda's, record_stream too
+    "tests/test_cuda_ptr.py",
+    "tests/test_cuda_vector.py",
 ]
 
 
@@ -139,6 +141,8 @@ def goals(results: dict) -> list[dict]:
         ratio = best[1] / torch_v if best and torch_v else None
         bits = (results.get(name) or {}).get("bit_identical")
         why = "" if bits is None else f" (bit-identical: {bits})"
+        kernel = (results.get(name) or {}).get("kernel")  # which retorch kernel ran
+        why += f" ({kernel})" if kernel else ""
         add(f"add on 64M float32 >= 0.9x torch's bandwidth ({name})", ratio, 0.9, True,
             "{:.2f}x torch", why)  # fmt: skip
     cublas = _value(results, "matmul", "4096", "torch") or _value(

@@ -2,7 +2,7 @@
 
 Mirrors ``aten/src/ATen/native/cuda/Loops.cuh`` and ``CUDALoops.cuh`` (``gpu_kernel``: one
 thread per output element, the element's offset in each operand computed from its linear
-index by ``OffsetCalculator``; for contiguous operands, the unrolled kernel without offsets),
+index by ``OffsetCalculator``; contiguous operands: ``cuda_vectorized.py``, else unrolled),
 ``Reduce.cuh`` (a block cooperates on one output, with a tree in shared memory),
 ``ScatterGatherKernel.cu`` and, for matmul, three textbook kernels: naive, shared-memory tiled,
 and register-tiled (torch itself calls cuBLAS: ``aten/src/ATen/native/cuda/Blas.cpp``).
@@ -494,7 +494,10 @@ def binary_cuda(it, op, alpha):
     alpha = float(it.common_dtype.np.type(alpha))
     n = it.numel()
     if _contiguous(shape, strides, n):
-        binary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, alpha, n)
+        from . import cuda_vectorized  # launch_vectorized_kernel; False: vec_size 1
+
+        if not cuda_vectorized.binary(it, op, alpha, n):
+            binary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, alpha, n)
         return
     _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides), alpha)
 
@@ -516,7 +519,10 @@ def unary_cuda(it, op):
     (out, a), (oo, ao), shape, strides = it.kernel_args()
     n = it.numel()
     if _contiguous(shape, strides, n):
-        unary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, n)
+        from . import cuda_vectorized
+
+        if not cuda_vectorized.unary(it, op, n):
+            unary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, n)
         return
     _launch(unary_kernel, n, op, out, oo, a, ao, *by_value(shape, strides))
 
