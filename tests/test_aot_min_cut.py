@@ -5,12 +5,15 @@ inputs that need no gradient). Torch's saved set is read from the forward graph 
 partitioner hands the forward compiler, as in tests/test_aot.py."""
 
 import functools
+import subprocess
+import sys
 from unittest import mock
 
 import networkx as nx
 import pytest
 import torch
 import torch._functorch.config as functorch_config
+import torch.nn.functional as F
 from functorch.compile import aot_function as torch_aot_function
 from functorch.compile import make_boxed_func
 from hypothesis import HealthCheck, given, settings
@@ -169,6 +172,14 @@ def test_the_cut_is_a_minimum_and_saves_where_the_network_says():
     assert weight == nx.minimum_cut_value(net, "source", "sink")
 
 
+def test_the_op_lists_load_before_torch_inductor_does():
+    code = ("import sys; from retorch.aot.min_cut import get_default_op_list as g; "
+            "ops = g(); assert 'torch._inductor' not in sys.modules; "
+            "import torch; assert ops.is_recomputable(type('N', (), "
+            "{'target': torch.ops.aten.sin.default})())")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_an_unknown_option_is_refused():
     joint = trace_joint(gelu_tanh, make_args("gelu_tanh"))
     with pytest.raises(TypeError, match="unknown option.*ban_recompute_everything"):
@@ -183,6 +194,8 @@ UNARY = {
     "sum": lambda v: v.sum(-1, keepdim=True), "mean": lambda v: v.mean(0),
     "amax": lambda v: v.amax(-1, keepdim=True), "square": lambda v: v * v,
     "sqrt": lambda v: (v * v + 1).sqrt(), "t": lambda v: v.t() if v.dim() == 2 else v,
+    # pointwise ops that torch's allowlist holds through their `pointwise` tag alone
+    "leaky_relu": F.leaky_relu, "hardtanh": F.hardtanh, "elu": F.elu,
 }  # fmt: skip
 BINARY = {
     "add": torch.add, "mul": torch.mul, "sub": torch.sub,

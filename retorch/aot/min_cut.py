@@ -122,6 +122,11 @@ class _PointwiseOr(dict):
 _DEFAULT_OP_LIST = None
 
 
+def _prims(name):
+    """A prims op that torch._inductor registers when it is imported (None before)."""
+    return getattr(prims, name, None)
+
+
 def get_default_op_list() -> OpTypes:
     """Torch's op lists, entry for entry (less the `magic_methods` on SymInts, which
     retorch's joint graphs never hold)."""
@@ -146,14 +151,14 @@ def get_default_op_list() -> OpTypes:
                 prims.broadcast_in_dim, aten.expand, aten.as_strided, aten.permute,
                 aten.select, aten.split]  # fmt: skip
     recomputable += [
-        prims.div, prims.convert_element_type, prims.prepare_softmax_online, aten.clone,
+        prims.div, prims.convert_element_type, _prims("prepare_softmax_online"), aten.clone,
         aten._to_copy, aten.full_like, prims.var, prims.sum, aten.var, aten.std,
         prims.broadcast_in_dim, aten.select, aten._unsafe_view, aten.view, aten.expand,
         aten.slice, aten.reshape, aten.broadcast_tensors, aten.scalar_tensor, aten.ones,
         aten.new_zeros, aten.lift_fresh_copy, aten.arange, aten.triu, aten.var_mean,
         aten.isinf, aten.any, aten.full, aten.as_strided, aten.zeros, aten.empty,
         aten.empty_like, aten.argmax, aten.maximum, prims.iota,
-        prims._low_memory_max_pool_offsets_to_indices,
+        _prims("_low_memory_max_pool_offsets_to_indices"),
     ]  # fmt: skip
     recomputable += [aten.index, aten.gather] + view_ops + [aten.zeros_like]
     recomputable = _PointwiseOr.fromkeys(recomputable)  # ... and the pointwise ops
@@ -165,9 +170,11 @@ def get_default_op_list() -> OpTypes:
         aten.upsample_bilinear2d, aten._scaled_mm,
     ])  # fmt: skip
     fusible = recomputable | random_ops
-    _DEFAULT_OP_LIST = OpTypes(fusible, compute_intensive, random_ops, dict.fromkeys(view_ops),
+    op_types = OpTypes(fusible, compute_intensive, random_ops, dict.fromkeys(view_ops),
                                recomputable)  # fmt: skip
-    return _DEFAULT_OP_LIST
+    if None not in recomputable:  # else ask again once torch._inductor has registered its prims
+        _DEFAULT_OP_LIST = op_types
+    return op_types
 
 
 # -- sizes --
