@@ -143,7 +143,12 @@ def long_chain(x):
     return x
 
 
+def tagged_pointwise(x):
+    return F.elu(F.leaky_relu(x) * x).sin()  # in torch's allowlist by their pointwise tag
+
+
 EXTRA = {
+    "tagged_pointwise": (tagged_pointwise, [(4, 4)]),
     "long_chain": (long_chain, [(4, 4)]),
     "used_far_apart": (used_far_apart, [(3, 4), (4, 4)]),
     "reduction": (reduction, [(3, 8)]),
