@@ -31,7 +31,7 @@ def _operands(m, n, k, seed=0):
 def _check(rung, m, n, k, seed=0):
     a, b = _operands(m, n, k, seed)
     c = sg.sgemm(cuda.to_device(a), cuda.to_device(b), rung).copy_to_host()
-    ref = a.astype(np.float64) @ b.astype(np.float64)
+    ref = torch.mm(torch.from_numpy(a).double(), torch.from_numpy(b).double()).numpy()
     assert c.dtype == np.float32 and c.shape == (m, n)
     # float32 products summed over k: within k * 2**-23 of the float64 result, relatively
     assert np.allclose(c, ref, rtol=0, atol=max(1, k) * 2.0**-20 * (np.abs(ref).max() + 1))
@@ -72,6 +72,15 @@ def test_a_misaligned_quad_faults_as_on_a_gpu():
         sg.sgemm_vectorized_kernel[(1, 1), sg.THREADS_2D](
             flat[1:], cuda.to_device(b).reshape(-1), cuda.device_array(16, np.float32), 4, 4, 4
         )
+
+
+def test_a_misaligned_operand_still_gets_torchs_product():
+    a, b = _operands(9, 8, 8, seed=4)
+    flat = cuda.to_device(np.concatenate([[0], a.ravel()]).astype(np.float32))
+    shifted = flat[1:].reshape(9, 8)  # 4 bytes past a 16-byte boundary: the scalar rung
+    c = sg.sgemm(shifted, cuda.to_device(b), "vectorized").copy_to_host()
+    ref = torch.mm(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert np.allclose(c, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_vectorized_and_its_fallback_agree_with_each_other():
