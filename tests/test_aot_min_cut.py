@@ -201,6 +201,7 @@ UNARY = {
     "sqrt": lambda v: (v * v + 1).sqrt(), "t": lambda v: v.t() if v.dim() == 2 else v,
     # pointwise ops that torch's allowlist holds through their `pointwise` tag alone
     "leaky_relu": F.leaky_relu, "hardtanh": F.hardtanh, "elu": F.elu,
+    "max": lambda v: v.max(-1, keepdim=True).values,  # a multi-output node: values, indices
 }  # fmt: skip
 BINARY = {
     "add": torch.add, "mul": torch.mul, "sub": torch.sub,
