@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from numba import cuda
 
-import retorch  # noqa: F401  (chooses the simulator before numba.cuda is used)
+from retorch.cuda import cuda  # numba.cuda, after retorch chose the simulator
 from retorch.tensor import cuda_sgemm as sg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +39,17 @@ def _check(rung, m, n, k, seed=0):
 @pytest.mark.parametrize("rung", sg.RUNGS)
 def test_every_rung_on_sizes_inside_one_tile(rung):
     _check(rung, 19, 12, 10)  # k = 10: a full 8-deep step and a partial one
+
+
+def test_the_vectorized_rung_itself_with_a_k_tail_and_both_column_quads():
+    """k = 12: a second 8-deep step with one quad inside and one past the end; n = 104: the
+    columns 64.. come from each thread's second quad (QUAD_GAP)."""
+    a, b = _operands(19, 104, 12, seed=2)
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    assert sg.resolved("vectorized", da, db, cuda.device_array((19, 104), np.float32)) == (
+        "vectorized"
+    )
+    _check("vectorized", 19, 104, 12, seed=2)
 
 
 @pytest.mark.slow
