@@ -321,7 +321,7 @@ class MinCutOptions:
         self.ban_if_long_fusible_chains = ban_if_long_fusible_chains
         self.ban_if_materialized_backward = ban_if_materialized_backward
         self.ban_if_not_in_allowlist = ban_if_not_in_allowlist
-        self.ban_if_reduction = ban_if_reduction  # fmt: skip
+        self.ban_if_reduction = ban_if_reduction
 
 
 def _dist_from_bw(joint_graph, node_info) -> dict:
@@ -361,7 +361,7 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
                     return True
                 if op_types.is_view(user):
                     cur_nodes[user] = None
-        return False
+        return False  # every reader outside the forward's needs fuses with it
 
     def should_ban_recomputation(node):
         """The reason string if `node` may not be recomputed, None otherwise."""
@@ -412,8 +412,12 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
         if op_types.is_view(node):
             return False
         banned_nodes[node] = None
-        nx_graph.add_edge("source", node.name + "_in", capacity=math.inf,
-                          reason=f"cannot recompute: {reason}" if reason else "cannot recompute")  # fmt: skip
+        nx_graph.add_edge(
+            "source",
+            node.name + "_in",
+            capacity=math.inf,
+            reason=f"cannot recompute: {reason}" if reason else "cannot recompute",
+        )
         return True
 
     for node in joint_graph.nodes:
@@ -422,12 +426,18 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
         if node in node_info.required_bw_nodes:
             if node not in node_info.tangents_closure:
                 nx_graph.add_edge(
-                    node.name + "_out", "sink", capacity=math.inf,
+                    node.name + "_out",
+                    "sink",
+                    capacity=math.inf,
                     reason="must be available for backward: input required for gradient",
-                )  # fmt: skip
+                )
             else:
-                nx_graph.add_edge(node.name + "_in", "sink", capacity=math.inf,
-                                  reason="must be computed in backward: required for gradient")  # fmt: skip
+                nx_graph.add_edge(
+                    node.name + "_in",
+                    "sink",
+                    capacity=math.inf,
+                    reason="must be computed in backward: required for gradient",
+                )
                 continue
         if _is_primal(node):
             ban_recomputation_if_allowed(node, "primal input")
@@ -441,13 +451,18 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
                 node, node_info.static_lifetime_input_nodes
             )
         if cannot_save_reason:
-            nx_graph.add_edge(node.name + "_in", node.name + "_out", capacity=weight,
-                              reason=f"cannot save: {cannot_save_reason}")  # fmt: skip
+            nx_graph.add_edge(
+                node.name + "_in",
+                node.name + "_out",
+                capacity=weight,
+                reason=f"cannot save: {cannot_save_reason}",
+            )
         else:
             nx_graph.add_edge(node.name + "_in", node.name + "_out", capacity=weight)
         for user in node.users:
-            nx_graph.add_edge(node.name + "_out", user.name + "_in", capacity=math.inf,
-                              reason="data dependency")  # fmt: skip
+            nx_graph.add_edge(
+                node.name + "_out", user.name + "_in", capacity=math.inf, reason="data dependency"
+            )
 
     def find_first_unfusible(start_nodes, max_range) -> int:
         """Forward order of the first unfusible node in the chains from `start_nodes`."""
@@ -480,7 +495,7 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
                         and is_fusible(used_node, user)
                         and user not in banned_nodes
                     ):
-                        ban_recomputation_if_allowed(user)  # fmt: skip
+                        ban_recomputation_if_allowed(user)
 
     if min_cut_options.ban_if_long_fusible_chains:  # fusible chains over 100 forward ops
         visited = set()
@@ -498,8 +513,11 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
                     ban_recomputation_if_allowed(cur)
                     break
                 for user in cur.users:
-                    if (node_info.is_required_fw(user) and is_fusible(cur, user)
-                            and user not in banned_nodes):  # fmt: skip
+                    if (
+                        node_info.is_required_fw(user)
+                        and is_fusible(cur, user)
+                        and user not in banned_nodes
+                    ):
                         heapq.heappush(fusible, (node_info.get_fw_order(user), id(user), user))
 
     _, (reachable, non_reachable) = nx.minimum_cut(nx_graph, "source", "sink")
