@@ -462,7 +462,7 @@ def solve_min_cut(joint_graph, node_info, min_cut_options, *, config=MIN_CUT_CON
         for user in node.users:
             nx_graph.add_edge(
                 node.name + "_out", user.name + "_in", capacity=math.inf, reason="data dependency"
-            )
+            )  # every data edge is infinite: a cut crosses `x_in -> x_out` edges only
 
     def find_first_unfusible(start_nodes, max_range) -> int:
         """Forward order of the first unfusible node in the chains from `start_nodes`."""
