@@ -75,6 +75,7 @@ def test_the_vectorized_rung_runs_only_where_torch_would_vectorize():
     assert sg.resolved("smem", a5, b5, c) == "smem"
 
 
+@pytest.mark.simulator  # on a GPU the fault would end the process's CUDA context
 def test_a_misaligned_quad_faults_as_on_a_gpu():
     a, b = _operands(4, 4, 4)
     flat = cuda.to_device(np.zeros(17, np.float32))

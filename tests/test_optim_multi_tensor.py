@@ -53,12 +53,14 @@ def _step_both(sizes, seed=0, offset=0, steps=None, amsgrad=False, adamw=False, 
     return ours
 
 
+@pytest.mark.simulator  # CPU tensors' addresses: the simulator's device memory
 def test_one_step_equals_torchs_fused_adam_on_both_paths():
     _step_both([4, 128, 64, 8])  # aligned, multiples of 4: the 16-byte path
     _step_both([5, 130, 64, 1], offset=1)  # misaligned, odd sizes: ILP elements a block apart
     _step_both([4, 128, 64, 8], amsgrad=True, adamw=True, steps=[3, 1, 700, 2])
 
 
+@pytest.mark.simulator  # CPU tensors' addresses: the simulator's device memory
 def test_which_path_a_table_takes():
     aligned = _lists([4, 128], 0, 0, [1, 1])
     assert mta.table_for(aligned).vectorize
@@ -67,6 +69,7 @@ def test_which_path_a_table_takes():
     assert not mta.table_for(aligned, chunk_size=66).vectorize
 
 
+@pytest.mark.simulator  # CPU tensors' addresses: the simulator's device memory
 def test_a_table_is_built_once_and_again_when_a_tensor_moves():
     lists = _lists([40, 3], 0, 0, [1, 1])
     first = mta.table_for(lists)
@@ -77,6 +80,7 @@ def test_a_table_is_built_once_and_again_when_a_tensor_moves():
     assert again.addresses.copy_to_host()[mta.GRAD, 0] == lists[1][0].data_ptr()
 
 
+@pytest.mark.simulator  # CPU tensors' addresses: the simulator's device memory
 def test_misuse():
     lists = _lists([4], 0, 0, [1])
     with pytest.raises(NotImplementedError, match="float32 tensors only"):
@@ -105,6 +109,7 @@ def test_misuse():
         )
 
 
+@pytest.mark.simulator
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.integers(0, 150), min_size=1, max_size=4),
