@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+import pytest
+
 from tools import bench
 
 KERNEL = (
@@ -40,6 +42,7 @@ def make_tree(tmp_path, monkeypatch):
     return pkg, module
 
 
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_ran_sources_names_called_and_compiled_code_not_merely_loaded(tmp_path, monkeypatch):
     pkg, run = make_tree(tmp_path, monkeypatch)
     value, ran = bench.ran_sources(run.measure)

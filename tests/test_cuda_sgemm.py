@@ -36,6 +36,7 @@ def _check(rung, m, n, k, seed=0):
     assert np.allclose(c, ref, rtol=0, atol=max(1, k) * 2.0**-20 * (np.abs(ref).max() + 1))
 
 
+@pytest.mark.slow  # (make unit runs it; check-fast keeps the vectorized rung's own test)
 @pytest.mark.parametrize("rung", sg.RUNGS)
 def test_every_rung_on_sizes_inside_one_tile(rung):
     _check(rung, 19, 12, 10)  # k = 10: a full 8-deep step and a partial one
@@ -85,6 +86,7 @@ def test_a_misaligned_quad_faults_as_on_a_gpu():
         )
 
 
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_a_misaligned_operand_still_gets_torchs_product():
     a, b = _operands(9, 8, 8, seed=4)
     flat = cuda.to_device(np.concatenate([[0], a.ravel()]).astype(np.float32))
@@ -94,6 +96,7 @@ def test_a_misaligned_operand_still_gets_torchs_product():
     assert np.allclose(c, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_vectorized_and_its_fallback_agree_with_each_other():
     a, b = _operands(9, 8, 8, seed=3)
     da, db = cuda.to_device(a), cuda.to_device(b)

@@ -145,7 +145,9 @@ def test_float64_takes_16_byte_vectors_even_where_32_would_fit(launched):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 63, 64, 65, 1023, 4097])
+@pytest.mark.parametrize(
+    "n", [1, 7, 8, 9, 63, 64, 65, *(pytest.param(n, marks=pytest.mark.slow) for n in (1023, 4097))]
+)
 def test_sizes_around_the_vector_and_the_block(n, dtype):
     for offset in (0, 1, 2):
         (a, b), (ta, tb) = operands(n, offset, dtype, seed=n)

@@ -77,6 +77,7 @@ def test_mixed_devices_raise_torchs_errors():
         cpu.to("xla")
 
 
+@pytest.mark.slow  # reads torch's whole native_functions.yaml: make unit runs it
 def test_the_ops_that_keep_a_device_check_are_those_torchs_yaml_names():
     entries = yaml.safe_load(NATIVE_FUNCTIONS.read_text())
     checked = {

@@ -161,5 +161,6 @@ def _run(steps, x, y):
     ),
     st.integers(0, 1000),
 )
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_random_programs_match_torchs_graph_and_values(steps, seed):
     _compare(lambda x, y: _run(steps, x, y), 2, seed)

@@ -138,8 +138,9 @@ PACKERS = [
 
 
 def _same_structure(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, torch.Tensor):  # exact, NaN where the other has NaN (log of a randn)
+        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))  # fmt: skip
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from collections import OrderedDict
 
+import pytest
 import torch
 import torch.nn as tnn
 from hypothesis import given
@@ -284,6 +285,7 @@ def leaf_outputs(root, dtype=torch.float32):
 # ---------------------------------------------------------------- tree tests
 
 
+@pytest.mark.slow  # hypothesis over module trees: make unit runs it
 @given(recipes())
 def test_random_trees_walk_print_and_look_up_like_torch(recipe):
     ours, theirs = both_trees(recipe)
@@ -294,6 +296,7 @@ def test_random_trees_walk_print_and_look_up_like_torch(recipe):
     assert_same_named(leaf_outputs(ours), leaf_outputs(theirs))
 
 
+@pytest.mark.slow  # hypothesis over module trees: make unit runs it
 @given(recipes(), st.data())
 def test_random_trees_state_dict_both_ways(recipe, data):
     ours, theirs = both_trees(recipe)
@@ -340,6 +343,7 @@ def test_random_trees_state_dict_both_ways(recipe, data):
     assert results[:2] == results[2:]
 
 
+@pytest.mark.slow  # hypothesis over module trees: make unit runs it
 @given(recipes(), st.lists(st.tuples(st.integers(0, 100), st.booleans()), max_size=4))
 def test_random_trees_modes_apply_and_dtype(recipe, mode_changes):
     ours, theirs = both_trees(recipe)

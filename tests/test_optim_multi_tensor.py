@@ -122,6 +122,7 @@ def test_misuse():
     st.lists(st.integers(1, 1000), min_size=4, max_size=4),
     st.integers(0, 99),
 )
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_random_groups_equal_torchs_fused_step(sizes, offset, amsgrad, adamw, maximize, chunk,
                                                threads, steps, seed):  # fmt: skip
     _step_both(sizes, seed=seed, offset=offset, steps=steps[: len(sizes)], amsgrad=amsgrad,

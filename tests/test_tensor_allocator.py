@@ -899,6 +899,17 @@ def test_every_stream_must_finish_and_each_queue_is_its_own():
     assert stat(alloc, "active_bytes.all.current") == 0
 
 
+def test_a_neighbour_waiting_for_its_event_is_not_merged():
+    """``try_merge_blocks`` skips a free neighbour whose events are pending, as torch's does
+    (found by the random test below: the merge took a block that was in no pool)."""
+    alloc = CUDACachingAllocator(GiB)
+    a, b = alloc.malloc(512, stream=2), alloc.malloc(512, stream=2)
+    alloc.record_stream(a, 0)
+    alloc.free(a)  # pending: not in the pool
+    alloc.free(b)  # its neighbour a must stay as it is
+    assert a.event_count == 1 and a.size == 512 and b.prev is a
+
+
 def test_empty_cache_waits_for_pending_events_first():
     alloc = CUDACachingAllocator(GiB)
     x = alloc.malloc(30 * MiB)

@@ -280,6 +280,7 @@ def test_storage_is_a_device_array():
 @pytest.mark.skipif(
     not cuda_kernels.rcuda.simulator_enabled(), reason="needs a machine without a GPU"
 )
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_cuda_tensor_without_gpu_or_simulator_is_a_runtime_error():
     """With the simulator off and no driver, torch's CUDA builds raise RuntimeError too."""
     import subprocess

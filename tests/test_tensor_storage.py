@@ -128,6 +128,7 @@ def test_every_array_function_autograd_needs_has_a_counterpart():
     assert missing == []
 
 
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_layering_no_torch_autograd_or_nn_in_retorch_tensor():
     """retorch.tensor sits at the bottom of the stack: importing and using it loads no torch."""
     import subprocess

@@ -185,6 +185,7 @@ def test_single_source_check_passes_on_the_repository():
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow  # seconds each: make unit runs it, check-fast stays under a minute
 def test_single_source_check_catches_a_copied_function(tmp_path, monkeypatch):
     from tools import check_single_source as css
 

@@ -693,7 +693,7 @@ class CUDACachingAllocator:
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         """Merge the free neighbour ``src`` into ``dst``; the bytes subsumed, or 0."""
-        if src is None or src.allocated:
+        if src is None or src.allocated or src.event_count or src.stream_uses:  # in use
             return 0
         assert dst.is_split() and src.is_split()
         if dst.prev is src:  # [src dst]
