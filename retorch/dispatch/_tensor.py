@@ -57,10 +57,15 @@ def register_backend_device(name: str, dense_key: DispatchKey) -> None:
     _KEY_SETS.pop(name, None)
 
 
-def _aten():
-    from . import native_functions  # registers the aten library on first use
+_ATEN = []
 
-    return native_functions.aten
+
+def _aten():
+    if not _ATEN:
+        from . import native_functions  # registers the aten library on first use
+
+        _ATEN.append(native_functions.aten)
+    return _ATEN[0]
 
 
 class _Device(str):

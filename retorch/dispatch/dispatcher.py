@@ -59,14 +59,14 @@ class OperatorHandle:
             )
         return self._entry.schema
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):  # positional-only: ``op(self=x)`` names an argument
         return self._dispatcher.call(self, args, kwargs)
 
     def call_boxed(self, stack: list) -> list:
         self._dispatcher.call_boxed(self, stack)
         return stack
 
-    def redispatch(self, keyset: DispatchKeySet, *args, **kwargs):
+    def redispatch(self, keyset: DispatchKeySet, /, *args, **kwargs):
         return self._dispatcher.redispatch(self, keyset, args, kwargs)
 
     def redispatch_boxed(self, keyset: DispatchKeySet, stack: list) -> list:
@@ -155,9 +155,12 @@ class Dispatcher:
             handle._positional_tensors = tuple(i for i in handle._tensor_args if i < n)
 
         def undo() -> None:
+            from ._ops import _uncache
+
             entry.schema, entry.schema_debug = None, ""
             handle._full_arity, handle._positional_tensors = -1, ()  # calls bind, which raises
             self._cleanup(schema.operator_name)
+            _uncache(schema.operator_name)
 
         return undo
 

@@ -32,7 +32,7 @@ from .dispatch_key_set import (
 )
 from .dispatcher import get_dispatcher
 from .library import Library
-from .local_dispatch_key_set import ExcludeDispatchKeyGuard
+from .local_dispatch_key_set import _tls
 
 
 def _handle(name: str):
@@ -40,14 +40,23 @@ def _handle(name: str):
 
 
 def _below(handle, ks, args, kwargs, view_or_inplace=False):
-    """``at::redispatch::op(ks & after_autograd_keyset, ...)`` under the guard torch uses."""
+    """``at::redispatch::op(ks & after_autograd_keyset, ...)`` under the guard torch uses
+    (``at::AutoDispatchBelowADInplaceOrView``, an ``ExcludeDispatchKeyGuard``; written out
+    here, as the guard's constructor and destructor are inlined in C++)."""
     exclude = (
         autograd_dispatch_keyset
         if view_or_inplace
         else (autograd_dispatch_keyset_with_ADInplaceOrView)
     )
-    with ExcludeDispatchKeyGuard(exclude):
-        return handle.redispatch(ks & after_autograd_keyset, *args, **kwargs)
+    saved = _tls.excluded
+    _tls.excluded = saved | exclude
+    try:
+        return _dispatcher.redispatch(handle, ks & after_autograd_keyset, args, kwargs)
+    finally:
+        _tls.excluded = saved
+
+
+_dispatcher = get_dispatcher()
 
 
 def _needs_grad(inputs) -> bool:
@@ -61,6 +70,15 @@ def record(op: str, out, inputs, save=None, save_output=None, **attrs):
     the tensor the backend kernel returned)."""
     if not _needs_grad(inputs):
         return out
+    return _set_history(op, out, inputs, save, save_output, attrs)
+
+
+_MISSING = object()
+
+
+def _set_history(op, out, inputs, save, save_output, attrs):
+    """The node, its edges, saved values and attributes, set as ``out``'s ``grad_fn``
+    (``set_history`` in VariableType's kernels), for inputs of which one needs a gradient."""
     node = NODE_CLASSES[op](
         tuple(
             t._gradient_edge() if isinstance(t, AutogradTensor) and t.requires_grad else NO_EDGE
@@ -84,16 +102,33 @@ def _functional(name, op, inputs=("self",), save=None, save_output=None, attrs=N
     handle = _handle(name)
     schema = handle.schema
     arg_names = [a.name for a in schema.arguments]
+    where = tuple((arg_names.index(i), i) for i in inputs)
+    defaults = [a.default if a.has_default else _MISSING for a in schema.arguments]
 
     def kernel(ks, *args, **kwargs):
+        # compute_requires_grad(inputs), before the call below, as VariableType's kernels do:
+        # with no input that needs a gradient the kernel only redispatches
+        if grad_mode._enabled:
+            for i, name_ in where:
+                t = args[i] if i < len(args) else kwargs.get(name_)
+                if isinstance(t, AutogradTensor) and t.requires_grad:
+                    break
+            else:
+                return _below(handle, ks, args, kwargs)
+        else:
+            return _below(handle, ks, args, kwargs)
         out = _below(handle, ks, args, kwargs)
-        values = dict(zip(arg_names, schema.bind(args, kwargs)))
+        rest = defaults[len(args) :]
+        if kwargs or _MISSING in rest:  # box the call (the schema checks the arguments)
+            values = dict(zip(arg_names, schema.bind(args, kwargs)))
+        else:  # positional, defaults for the rest: the stack is known
+            values = dict(zip(arg_names, (*args, *rest)))
         first = out[0] if isinstance(out, tuple) else out
         saved = None
         if save:
             saved = {k: (v(values, out) if callable(v) else values[v]) for k, v in save.items()}
         extra = attrs(values, first) if attrs else {}
-        record(op, first, [values[i] for i in inputs], saved, save_output, **extra)
+        _set_history(op, first, [values[i] for i in inputs], saved, save_output, extra)
         return out
 
     return kernel

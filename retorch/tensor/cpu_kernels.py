@@ -551,8 +551,9 @@ from .dispatch_stub import stub  # noqa: E402
 def binary_kernel(it, op, alpha):
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
     # torch converts alpha to the op's dtype first
+    dt = it.common_dtype
     alpha = (
-        float(it.common_dtype.np.type(alpha)) if it.common_dtype.is_floating_point else int(alpha)
+        (1.0 if alpha == 1 else float(dt.np.type(alpha))) if dt.is_floating_point else int(alpha)
     )
     _pick(binary_loop, it.numel())(op, out, oo, a, ao, b, bo, shape, strides, alpha)
 

@@ -38,12 +38,13 @@ from .tensor_factories import (  # noqa: F401  (re-exported)
     zeros_like,
 )
 from .tensor_impl import TensorImpl, storage_nbytes
-from .tensor_iterator import TensorIteratorConfig, resize_output
+from .tensor_iterator import TensorIterator, TensorIteratorConfig, resize_output
 from .tensor_shape import alias, contiguous
 from .wrap_dim_utils import dim_list_to_bitset, maybe_wrap_dim
 
 _py_max, _py_sum = builtins.max, builtins.sum
 _meta.register_meta_kernels()  # on "meta" every stub's kernel does nothing: shapes only
+_binary_stub = stub("binary")
 
 
 def _is_meta(*tensors) -> bool:
@@ -57,6 +58,23 @@ def _as_tensor(x):
 # ---- elementwise binary -----------------------------------------------------------------------
 def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     a, b = _as_tensor(self), _as_tensor(other)
+    it = None
+    if out is None and (not integer_to_float or a._impl.dtype.is_floating_point):
+        it = TensorIterator.fast_binary_op(a, b)  # same shape, dtype, device; contiguous
+    if it is None:
+        it = _build_binary(a, b, out, integer_to_float)
+    op = S.BINARY[name]
+    if alpha != 1:
+        op, alpha = S.ADD_ALPHA, (alpha if name == "add" else -alpha)
+    _binary_stub(it.device, it, op, alpha)
+    it.finish()
+    if it.device == "meta" and out is None:
+        return _meta.restride_output(it.output(), a, b)
+    return it.output()
+
+
+def _build_binary(a, b, out, integer_to_float):
+    """``build_borrowing_binary_op``: the TensorIterator of a binary op, every step run."""
     if _is_meta(a, b):
         _meta.broadcast_shapes(a.shape, b.shape)
     if out is not None:
@@ -69,22 +87,14 @@ def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     cfg.cast_common_dtype_to_outputs_ = True
     cfg.enforce_safe_casting_to_output_ = True
     cfg.promote_integer_inputs_to_float_ = integer_to_float
-    it = cfg.build()
-    op = S.BINARY[name]
-    if alpha != 1:
-        op, alpha = S.ADD_ALPHA, (alpha if name == "add" else -alpha)
-    stub("binary")(it.device, it, op, alpha)
-    it.finish()
-    if it.device == "meta" and out is None:
-        return _meta.restride_output(it.output(), a, b)
-    return it.output()
+    return cfg.build()
 
 
 def _check_alpha(a, b, alpha):
-    from .type_promotion import result_type
-
     if type(alpha) is int:  # valid for every dtype: skip working out the result's dtype
         return
+    from .type_promotion import result_type
+
     dt = result_type(_as_tensor(a), _as_tensor(b))
     if isinstance(alpha, bool) and dt is not bool_ and alpha is not True:
         raise RuntimeError("Boolean alpha only supported for Boolean results.")

@@ -141,12 +141,12 @@ class Storage:
         """The bytes seen as a 1-D array of ``np_dtype`` (cached): what kernels index into."""
         if self._data is None:
             raise NotImplementedError("Cannot copy out of meta tensor; no data!")
-        key = np.dtype(np_dtype)
-        arr = self._typed.get(key)
+        arr = self._typed.get(np_dtype)
         if arr is None:
+            key = np.dtype(np_dtype)
             n = self.nbytes() // key.itemsize * key.itemsize
             arr = self._data[:n].view(key) if n or self.device == "cpu" else self._data.view(key)
-            self._typed[key] = arr
+            self._typed[np_dtype] = self._typed[key] = arr
         return arr
 
     def resize_(self, nbytes: int) -> Storage:

@@ -1,0 +1,168 @@
+"""The host fast paths of issue 28 give what the full paths give.
+
+- ``TensorIterator.fast_binary_op`` (same shape, dtype and device, contiguous, no ``out=``)
+  against ``TensorIteratorConfig.build()`` with the binary-op config, field by field, and
+  ``None`` wherever one of its conditions fails;
+- ``ops.<ns>.<name>`` cached as torch/_ops.py caches it, dropped when its ``define`` is undone;
+- the autograd kernels' early return when no input needs a gradient, and their positional
+  stack, against the boxed stack ``schema.bind`` builds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import retorch.tensor as rt
+from retorch.dispatch import Tensor, aten
+from retorch.dispatch import tensor as rtensor
+from retorch.dispatch._ops import ops
+from retorch.dispatch.library import _scoped_library
+from retorch.tensor.dtype import bool_
+from retorch.tensor.tensor_iterator import TensorIterator, TensorIteratorConfig
+
+DTYPES = [rt.float32, rt.float64, rt.int64, rt.int32, bool_]
+
+
+def _full_build(a, b):
+    cfg = TensorIteratorConfig().add_output(None).add_input(a).add_input(b)
+    cfg.promote_inputs_to_common_dtype_ = True
+    cfg.cast_common_dtype_to_outputs_ = True
+    cfg.enforce_safe_casting_to_output_ = True
+    return cfg.build()
+
+
+def _state(it):
+    """Everything a kernel or a later step reads from an iterator."""
+    out = it.output()
+    return dict(
+        shape=list(it.shape),
+        perm=list(it.perm),
+        device=it.device,
+        common_dtype=it.common_dtype,
+        noutputs=it.noutputs,
+        is_reduction=it.is_reduction,
+        operands=[(op.is_output, list(op.stride_bytes), op.tensor.dtype) for op in it.operands],
+        inputs=[op.tensor for op in it.operands[1:]],
+        out=(out.shape, out.stride(), out.dtype, out.device, out.storage_offset()),
+        kernel_shape=it.kernel_args()[2].tolist(),
+        kernel_strides=it.kernel_args()[3].tolist()
+        if it.shape
+        else [[1]] * len(it.operands),  # (a 0-dim op reads element 0: any stride does)
+        numel=it.numel(),
+    )
+
+
+@st.composite
+def operands(draw):
+    """(a, b) and torch's (ta, tb) with the same values, shapes, strides and dtypes."""
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=0, max_size=3)))
+    da, db = draw(st.sampled_from(DTYPES)), draw(st.sampled_from(DTYPES))
+    other = shape if draw(st.booleans()) else tuple(draw(st.lists(st.integers(1, 3), max_size=3)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    xa = rng.integers(1, 5, shape).astype(da.np)
+    xb = rng.integers(1, 5, other).astype(db.np)
+    a, ta = rt.from_numpy(xa), torch.from_numpy(xa)
+    b, tb = rt.from_numpy(xb), torch.from_numpy(xb)
+    if draw(st.booleans()) and a.dim() >= 2:  # same shape, not contiguous
+        a = a.transpose(0, 1).contiguous().transpose(0, 1)
+        ta = ta.transpose(0, 1).contiguous().transpose(0, 1)
+    if draw(st.booleans()) and b.dim() >= 2:
+        b = b.transpose(0, 1).contiguous().transpose(0, 1)
+        tb = tb.transpose(0, 1).contiguous().transpose(0, 1)
+    return a, b, ta, tb
+
+
+@settings(max_examples=200, deadline=None)
+@given(operands())
+def test_fast_binary_op_equals_the_full_build_or_declines(ab):
+    a, b, _, _ = ab
+    fast = TensorIterator.fast_binary_op(a, b)
+    eligible = (
+        a.shape == b.shape
+        and a.dtype is b.dtype
+        and a._impl.is_contiguous()
+        and b._impl.is_contiguous()
+        and not a._impl.is_wrapped_number
+        and not b._impl.is_wrapped_number
+    )
+    assert (fast is not None) == eligible
+    if fast is not None:
+        assert _state(fast) == _state(_full_build(a, b))
+
+
+def test_fast_binary_op_declines_wrapped_numbers_and_mixed_devices():
+    a = rt.from_numpy(np.ones((), dtype=np.float64))
+    w = rt.scalar_tensor(2.0, dtype=rt.float64)
+    w._impl.is_wrapped_number = True
+    assert TensorIterator.fast_binary_op(a, w) is None  # a wrapped number may not keep its dtype
+    m = rt.empty(3, device="meta")
+    assert TensorIterator.fast_binary_op(m, m) is None  # meta restrides its output afterwards
+
+
+@settings(max_examples=100, deadline=None)
+@given(operands(), st.sampled_from(["add", "sub", "mul", "div"]))
+def test_ops_through_either_path_equal_torch(ab, name):
+    a, b, ta, tb = ab
+    if a.dtype is bool_ or b.dtype is bool_:
+        return  # (sub of bools is an error in both; covered by test_tensor_ops)
+    try:
+        expected = getattr(torch, name)(ta, tb)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=str(e).split("(")[0][:30]):
+            getattr(rt, name)(a, b)
+        return
+    ours = getattr(rt, name)(a, b)
+    assert ours.dtype.name == str(expected.dtype).removeprefix("torch.")
+    assert ours.shape == tuple(expected.shape) and ours.stride() == expected.stride()
+    np.testing.assert_array_equal(ours.numpy(), expected.numpy())
+
+
+def test_op_packets_are_cached_and_dropped_when_undefined():
+    assert ops.aten.add is ops.aten.add  # one packet, as torch.ops.aten.add is one object
+    assert ops.aten.add.Tensor is ops.aten.add.Tensor
+    with _scoped_library("fastpath", "DEF") as lib:
+        lib.define("twice(Tensor x) -> Tensor")
+        lib.impl("twice", lambda x: Tensor(rt.mul(x.data, 2)), "CPU")
+        first = ops.fastpath.twice
+        assert ops.fastpath.twice is first
+        assert ops.fastpath.twice(rtensor([1.0, 2.0])).tolist() == [2.0, 4.0]
+    with pytest.raises(AttributeError):
+        ops.fastpath.twice  # noqa: B018  (undefined again: no stale packet)
+    with _scoped_library("fastpath", "DEF") as lib:
+        lib.define("twice(Tensor x) -> Tensor")
+        lib.impl("twice", lambda x: Tensor(rt.mul(x.data, 3)), "CPU")
+        assert ops.fastpath.twice is not first
+        assert ops.fastpath.twice(rtensor([1.0])).tolist() == [3.0]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_autograd_kernel_positional_stack_equals_bound_stack(requires_grad):
+    a = rtensor([1.0, 2.0], requires_grad=requires_grad)
+    b = rtensor([3.0, 4.0])
+    for out in (
+        aten.add.Tensor(a, b),
+        aten.add.Tensor(a, b, alpha=2),
+        aten.add.Tensor(self=a, other=b, alpha=2),
+    ):
+        assert (out.grad_fn is not None) == requires_grad
+    out = aten.add.Tensor(a, b, alpha=2)
+    assert out.tolist() == [7.0, 10.0]
+    if requires_grad:
+        assert out.grad_fn.alpha == 2 and type(out.grad_fn).__name__ == "AddBackward0"
+        assert aten.add.Tensor(a, b).grad_fn.alpha == 1  # the schema's default, as bind gives
+        out.sum().backward()
+        assert a.grad.tolist() == [1.0, 1.0]
+
+
+def test_no_grad_input_records_nothing_and_grad_mode_off_records_nothing():
+    from retorch.autograd import grad_mode
+
+    a, b = rtensor([1.0]), rtensor([2.0], requires_grad=True)
+    assert (a + a).grad_fn is None and not (a + a).requires_grad
+    assert (a + b).grad_fn is not None  # the second input needs a gradient
+    with grad_mode.no_grad():
+        assert (b + b).grad_fn is None
