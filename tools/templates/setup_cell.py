@@ -1,20 +1,23 @@
-# Set-up: install only what this runtime lacks (torch is never pinned or reinstalled), then
+# Set-up: install the course (retorch) and what this runtime lacks (numba-cuda with the CUDA of
+# its torch, torchviz), never changing its torch or CUDA libraries (retorch/install.py), then
 # check that a Numba-CUDA kernel runs here and that Graphviz's `dot` is present.
 import importlib.util
 import subprocess
 import sys
 
-pip = [sys.executable, "-m", "pip", "install", "-q"]
-lacking = [
-    pkg
-    for mod, pkg in [("numba_cuda", "numba-cuda[cu12]"), ("torchviz", "torchviz")]
-    if importlib.util.find_spec(mod) is None
-]
-if lacking:
-    subprocess.run(pip + lacking, check=True)
 if importlib.util.find_spec("retorch") is None:
     course = "git+{repository_url}"
-    subprocess.run(pip + ["--no-deps", course], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", course]
+    if subprocess.run(pip).returncode:
+        raise RuntimeError(
+            f"Could not install the course from {course}. If that address is wrong or private, "
+            "install retorch from your copy (`pip install --no-deps <path or URL>`) and run this "
+            "cell again; whoever publishes the course sets it with `make publish-url URL=...`."
+        )
+
+import retorch.install  # noqa: E402  (imports neither torch nor numba)
+
+retorch.install.ensure()  # one line if it installs; stops if torch would change
 
 import retorch.environment  # noqa: E402  (chooses the simulator before numba.cuda is imported)
 
