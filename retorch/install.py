@@ -154,9 +154,9 @@ def ensure(run_pip=pip, report_for=dry_run) -> list[str]:
             raise RuntimeError(f"pip install failed:\n{(done.stderr or '')[-2000:]}")
     importlib.invalidate_caches()  # this process must see the new packages
     after = runtime_state()
-    if after != before:
-        diff = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys()}
-        changed = {k: v for k, v in diff.items() if v[0] != v[1]}
+    # a protected package added (cuda-bindings for numba-cuda) is fine; a present one changed is not
+    changed = {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v}
+    if changed:
         raise TorchWouldChange(
             f"installing {wanted} changed the runtime's torch or CUDA libraries: {changed}. "
             "Restart with a fresh runtime (Runtime > Disconnect and delete runtime)."

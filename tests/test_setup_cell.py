@@ -71,6 +71,14 @@ def test_ensure_notices_a_change_made_after_the_check(monkeypatch):
         fake_ensure(monkeypatch, ["x"], report(("x", "1")))
 
 
+def test_a_protected_package_added_by_the_install_is_no_change(monkeypatch):
+    t = {"torch": "2.13.0", "torch.version.cuda": None}
+    states = iter([t, {**t, "cuda-bindings": "13.5.0"}])
+    monkeypatch.setattr(inst, "runtime_state", lambda: next(states))
+    monkeypatch.setattr(inst, "cuda_extra", lambda *a: "")
+    assert fake_ensure(monkeypatch, ["x"], report(("cuda-bindings", "13.5.0")))[0]
+
+
 def test_everything_present_prints_nothing(capsys):
     assert inst.ensure(report_for=lambda w: pytest.fail(f"asked pip for {w}")) == []
     assert capsys.readouterr().out == ""
