@@ -237,11 +237,36 @@ def torch_note(data: dict) -> str:
     return f"measured with torch {measured}, not the {torch.__version__} of this book"
 
 
+class BenchMissing(FileNotFoundError):
+    """A stored benchmark result this installation does not have (shown as its sentence only)."""
+
+
+def bench_results_dir() -> Path:
+    """Where the stored benchmark results are: ``bench/results/`` in a checkout of the course
+    (their one home, written by ``tools/bench.py``), else the copy a wheel ships inside the
+    package (``retorch/_bench_results``, setup.py), so a pip-installed retorch (Colab) has them."""
+    shipped = Path(__file__).resolve().parent / "_bench_results"
+    return shipped if shipped.is_dir() else ROOT / "bench" / "results"
+
+
+def stored_benches(gpu: bool = False) -> list[Path]:
+    """The stored results (CPU, or the GPU sections with ``gpu=True``), sorted by name."""
+    folder = bench_results_dir() / ("gpu" if gpu else "")
+    return sorted(folder.glob("*.json"))
+
+
 def load_bench(name: str) -> dict:
     """The stored results of ``bench/bench_<name>.py`` (written by ``make bench``); its GPU
     section, where a GPU machine measured one (``tools/bench.py --gpu``), under ``"gpu"``.
-    Each carries ``higher_is_better`` (see :func:`higher_is_better`)."""
-    results = ROOT / "bench" / "results"
+    Each carries ``higher_is_better`` (see :func:`higher_is_better`). A result this
+    installation lacks raises :class:`BenchMissing`, which a notebook shows as one sentence."""
+    results = bench_results_dir()
+    if not (results / f"{name}.json").is_file():
+        raise BenchMissing(
+            f"No stored result of bench/bench_{name}.py here (looked in {results}): this "
+            "retorch was installed without its benchmark results. In a checkout of the course, "
+            f"`make bench` measures it; `pip install` of the course's wheel ships them."
+        )
     data = json.loads((results / f"{name}.json").read_text())
     data["higher_is_better"] = higher_is_better(data)
     gpu = results / "gpu" / f"{name}.json"
@@ -428,3 +453,15 @@ def draw_layout(tensors: dict, storage_size: int | None = None):
     fig.tight_layout()
     plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
     return fig
+
+
+def _show_bench_missing() -> None:
+    """In IPython, a :class:`BenchMissing` prints its sentence instead of a traceback."""
+    try:
+        ip = get_ipython()  # type: ignore[name-defined]  # noqa: F821
+    except NameError:
+        return
+    ip.set_custom_exc((BenchMissing,), lambda shell, etype, value, tb, tb_offset=None: print(value))
+
+
+_show_bench_missing()
