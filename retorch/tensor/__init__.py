@@ -31,7 +31,7 @@ module                     mirrors
 
 from . import dtype as _dtype_mod
 from . import ops
-from .dtype import dtype, float32, float64, int32, int64
+from .dtype import bfloat16, dtype, float16, float32, float64, int32, int64
 from .expand_utils import infer_size
 from .meta import public_broadcast_shapes as broadcast_shapes
 from .ops import *  # noqa: F403
@@ -69,6 +69,10 @@ from .tensor_shape import (
 from .type_promotion import promote_types, result_type
 
 _install_ops()
+# float16/bfloat16 conversions and their opmath kernels, wrapped around the CPU stubs (torch.half
+# is a dtype; retorch.tensor.half is this module: the dtype is retorch.tensor.float16)
+from . import half  # noqa: E402, F401
+
 bool = _dtype_mod.bool_  # noqa: A001  (retorch.tensor.bool, as torch.bool)
 #: torch.contiguous_format, torch.channels_last, torch.preserve_format: retorch names a memory
 #: format by a string (and accepts torch's objects too).
@@ -85,6 +89,8 @@ __all__ = [
     "dtype",
     "float32",
     "float64",
+    "float16",
+    "bfloat16",
     "int32",
     "int64",
     "bool",

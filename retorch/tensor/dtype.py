@@ -2,8 +2,12 @@
 
 torch names each element type by a ``ScalarType`` enum and describes it (item size, name,
 whether it is floating) with macros in ``c10/core/ScalarType.h``; ``torch.float32`` and
-friends are the Python objects of ``torch/csrc/Dtype.cpp``. retorch keeps five of them, with
+friends are the Python objects of ``torch/csrc/Dtype.cpp``. retorch keeps seven of them, with
 the names torch prints and the short names its error messages use (``'Float'``, ``'Long'``).
+
+float16 (``Half``) and bfloat16 (``BFloat16``) are stored 16 bits an element: float16 as
+NumPy's float16, bfloat16 (which NumPy and Numba lack) as ``uint16``, the top half of a
+float32. Their conversions and kernels are retorch's own (``half.py``).
 """
 
 from __future__ import annotations
@@ -36,12 +40,21 @@ int32 = dtype("int32", "Int", np.int32, False, True)
 int64 = dtype("int64", "Long", np.int64, False, True)
 float32 = dtype("float32", "Float", np.float32, True, True)
 float64 = dtype("float64", "Double", np.float64, True, True)
+float16 = dtype("float16", "Half", np.float16, True, True)
+bfloat16 = dtype("bfloat16", "BFloat16", np.uint16, True, True)
+half = float16
 
-#: Every dtype retorch knows, in the order of c10's ScalarType enum (Bool comes last there,
-#: but for these five the promotion lattice is a chain: Bool < Int < Long < Float < Double).
-ALL = (bool_, int32, int64, float32, float64)
-_BY_NP = {d.np: d for d in ALL}
-_BY_NAME = {d.name: d for d in ALL}
+#: Every dtype retorch knows (c10's ScalarType enum order has Half before Float, Bool and
+#: BFloat16 last; the promotion table in type_promotion.py is c10's, restricted to these).
+ALL = (bool_, int32, int64, float16, bfloat16, float32, float64)
+_BY_NP = {d.np: d for d in ALL if d is not bfloat16}  # a uint16 array is not bfloat16
+_BY_NAME = {d.name: d for d in ALL} | {"half": float16}
+
+
+def is_half(d) -> bool:
+    """float16 or bfloat16: 16-bit floats whose kernels compute in float32 (``half.py``)."""
+    return d is float16 or d is bfloat16
+
 
 #: ``torch.get_default_dtype()``: the type of Python floats in new tensors.
 default_dtype = float32
@@ -53,7 +66,7 @@ def from_numpy_dtype(np_dtype) -> dtype:
     if d is None:
         raise TypeError(
             f"can't convert np.ndarray of type numpy.{np.dtype(np_dtype).name}. retorch.tensor "
-            "supports only float64, float32, int64, int32 and bool."
+            "supports only float64, float32, float16, int64, int32 and bool."
         )
     return d
 

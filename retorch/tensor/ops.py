@@ -22,7 +22,7 @@ from . import meta as _meta
 from . import scalar_ops as S
 from . import tensor_iterator
 from .dispatch_stub import stub
-from .dtype import as_dtype, bool_, int64
+from .dtype import as_dtype, bool_, int64, is_half
 from .expand_utils import infer_size
 from .tensor import Tensor, _wrap
 from .tensor_factories import (  # noqa: F401  (re-exported)
@@ -343,7 +343,7 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
         return empty_like(x, dtype=dtype, device="meta")
     if x.device == "meta":
         raise NotImplementedError(_meta.NO_DATA)
-    if device == x.device == "cpu" and x.dim() == 0:
+    if device == x.device == "cpu" and x.dim() == 0 and not is_half(dtype) | is_half(x.dtype):
         # a 0-dim CPU tensor (often a Python number being promoted): convert on the host,
         # no kernel launch (the value is cast as the copy loop would, by C rules)
         out = empty((), dtype=dtype)

@@ -22,6 +22,16 @@ from .tensor_impl import (
 )
 
 
+def _to_storage(values, d):
+    """Values in ``d``'s storage representation (float16/bfloat16 rounded by retorch's own
+    conversion, ``half.py``; others by NumPy's cast)."""
+    if not dtypes.is_half(d):
+        return np.asarray(values).astype(d.np)
+    from .half import to_storage
+
+    return to_storage(values, d)
+
+
 def _size_arg(size):
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
@@ -59,7 +69,7 @@ def empty(*size, dtype=None, device="cpu", memory_format="contiguous_format") ->
 
 def _filled(size, value, dtype, device) -> Tensor:
     t = empty(*size, dtype=dtype, device=device)
-    host = np.full(t.numel(), value, dtype=t.dtype.np)
+    host = _to_storage(np.full(t.numel(), value), t.dtype)
     if t.device == "cpu":
         t._impl.storage.typed(t.dtype.np)[: t.numel()] = host
     elif t.device == "cuda" and t.numel():  # (a meta tensor has no values to fill)
@@ -121,7 +131,7 @@ def arange(start, end=None, step=1, dtype=None, device="cpu") -> Tensor:
     # ATen computes start + i * step in the accumulate type (double for floats), then casts
     values = start + np.arange(n, dtype=np.float64 if d.is_floating_point else np.int64) * step
     out = empty(n, dtype=d)
-    out.numpy()[:] = values.astype(d.np)
+    out.numpy()[:] = _to_storage(values, d)
     return out.to(device)
 
 
@@ -171,7 +181,7 @@ def tensor(data, dtype=None, device="cpu") -> Tensor:
         data = data.numpy() if data.device == "cpu" else data.cpu().numpy()
     inferred, _ = _infer(data)
     d = as_dtype(dtype) if dtype is not None else (inferred or dtypes.default_dtype)
-    values = np.array(data, dtype=d.np)
+    values = _to_storage(np.array(data), d) if dtypes.is_half(d) else np.array(data, dtype=d.np)
     out = empty(values.shape, dtype=d, device="cpu")
     out.numpy()[...] = values
     return out.to(device)
@@ -205,6 +215,6 @@ def scalar_tensor(value, dtype=None, device="cpu", wrapped=False) -> Tensor:
     if wrapped and dtype is None and isinstance(value, float) and not isinstance(value, np.generic):
         d = dtypes.float64  # a wrapped Python float is a double; promotion treats it as a category
     t = empty((), dtype=d, device="cpu")
-    t.numpy()[()] = value
+    t.numpy()[()] = _to_storage(value, d)
     t._impl.is_wrapped_number = wrapped
     return t if device == "cpu" or wrapped else t.to(device)

@@ -11,16 +11,31 @@ and then Python numbers ("wrapped numbers") only raise the result to a higher *c
 
 from __future__ import annotations
 
-from .dtype import ALL, bool_, default_dtype, dtype, float32, float64, int32, int64
+from .dtype import (
+    ALL,
+    bfloat16,
+    bool_,
+    default_dtype,
+    dtype,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+)
 
-# c10's _promoteTypesLookup, restricted to the five dtypes here: b1 < i4 < i8 < f4 < f8.
-_b1, _i4, _i8, _f4, _f8 = bool_, int32, int64, float32, float64
+# c10's _promoteTypesLookup, restricted to retorch's seven dtypes (rows and columns in ALL's
+# order). Integers and bool promote to either half type; float16 with bfloat16 has no common
+# 16-bit type (different exponent and mantissa widths): float32, as c10's table says.
+_b1, _i4, _i8, _f2, _bf, _f4, _f8 = bool_, int32, int64, float16, bfloat16, float32, float64
 _TABLE = {
-    _b1: (_b1, _i4, _i8, _f4, _f8),
-    _i4: (_i4, _i4, _i8, _f4, _f8),
-    _i8: (_i8, _i8, _i8, _f4, _f8),
-    _f4: (_f4, _f4, _f4, _f4, _f8),
-    _f8: (_f8, _f8, _f8, _f8, _f8),
+    _b1: (_b1, _i4, _i8, _f2, _bf, _f4, _f8),
+    _i4: (_i4, _i4, _i8, _f2, _bf, _f4, _f8),
+    _i8: (_i8, _i8, _i8, _f2, _bf, _f4, _f8),
+    _f2: (_f2, _f2, _f2, _f2, _f4, _f4, _f8),
+    _bf: (_bf, _bf, _bf, _f4, _bf, _f4, _f8),
+    _f4: (_f4, _f4, _f4, _f4, _f4, _f4, _f8),
+    _f8: (_f8, _f8, _f8, _f8, _f8, _f8, _f8),
 }
 _INDEX = {d: i for i, d in enumerate(ALL)}
 
