@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,7 +110,8 @@ def run(python: Path, notebook: Path, tmp: Path) -> tuple[bool, str, float]:
     done = subprocess.run(
         [python, "-c", RUNNER, notebook.name], cwd=folder, env=env, capture_output=True, text=True
     )
-    said = (done.stdout.strip() or "") if done.returncode == 0 else done.stderr.strip()
+    said = done.stdout.strip() if done.returncode == 0 else done.stderr.strip()
+    said = re.sub(r"\x1b\[[0-9;]*m", "", said)  # IPython's colours
     return done.returncode == 0, said, time.perf_counter() - t0
 
 
