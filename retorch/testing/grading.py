@@ -17,6 +17,7 @@ comparisons. The outcome is one of:
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import torch
@@ -174,6 +175,18 @@ def first_difference(expected: Any, got: Any, context: int = 40) -> str:
     return ""
 
 
+#: Numba's CUDA simulator re-raises a kernel's exception prefixed by the thread that raised it.
+_SIM_THREAD = re.compile(r"^tid=(\[[^\]]*\]) ctaid=(\[[^\]]*\]):? ?")
+
+
+def _without_thread_ids(e: BaseException) -> str:
+    """The stub's own sentence first; the simulator's thread ids, if any, after it."""
+    m = _SIM_THREAD.match(str(e))
+    if not m:
+        return str(e)
+    return f"{str(e)[m.end() :]}; raised by thread {m[1]} of block {m[2]} under the simulator"
+
+
 def check(label: str, run: Callable[[_Comparisons], None]) -> None:
     """Run one exercise's comparisons; print a pass line or raise :class:`CheckFailed`."""
     cmp = _Comparisons(label)
@@ -182,8 +195,8 @@ def check(label: str, run: Callable[[_Comparisons], None]) -> None:
     except NotImplementedError as e:
         raise CheckFailed(
             f"{label}: not implemented yet. Your function still raises NotImplementedError "
-            f"({e}). Replace the `raise NotImplementedError(...)` line under `# YOUR CODE HERE` "
-            "with your code, run that cell, then run this check again."
+            f"({_without_thread_ids(e)}). Replace the `raise NotImplementedError(...)` line "
+            "under `# YOUR CODE HERE` with your code, run that cell, then run this check again."
         ) from None
     except CheckFailed:
         raise
