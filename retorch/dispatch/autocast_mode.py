@@ -9,15 +9,22 @@ excludes AutocastCPU (``ExcludeDispatchKeyGuard``) and calls the op again, which
 to the Autograd key: the casts are recorded, so gradients flow back in the parameters' dtype.
 Every other op falls through (the fallthrough fallback of ``dispatcher.py``).
 
-retorch.tensor has no float16 or bfloat16, so the policy runs one precision up: the lower
-precision is float32 and the eligible inputs are float64 (torch lowers float32, never float64,
-to bfloat16 or float16). Which ops cast, and in which direction, are torch's CPU lists
-restricted to retorch's aten operators; tests compare the classification with torch.autocast.
+As torch's, autocast lowers float32 to bfloat16 on the CPU and to float16 on CUDA (the
+defaults of ``torch.get_autocast_dtype``), with retorch.tensor's own half types. Which
+tensors are cast is ``cached_cast``'s rule: a floating tensor of another dtype than the
+target, never a float64 (``is_eligible``). Which ops cast, and in which direction, are torch's
+lists restricted to retorch's aten operators; tests compare output dtypes op by op with
+``torch.autocast``.
+
+Chapters written before retorch.tensor had half types ran autocast "one precision up"
+(float64 lowered to float32, float32 raised to float64); ``autocast("cpu", dtype=float32)``
+still selects that mode, so their stored outputs stay reproducible.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 
 import retorch.tensor as rt
 from retorch.autograd.graph import NO_EDGE, Node
@@ -34,16 +41,17 @@ from .local_dispatch_key_set import ExcludeDispatchKeyGuard, _tls
 LOWER_PRECISION_FP = ("mm", "matmul", "linear")
 #: ``KERNEL_CPU(op, fp32)``: cast up to full precision (torch: nll_loss, mse_loss, ...).
 FP32 = ("nll_loss",)
-#: The dtype that plays float32's part in torch's lists (full precision) and the default
-#: lower precision (bfloat16's part on torch's CPU).
-FULL, LOWER = rt.float64, rt.float32
+#: ``get_autocast_dtype``'s defaults: bfloat16 on the CPU, float16 on CUDA.
+DEFAULT_DTYPE = {"cpu": rt.bfloat16, "cuda": rt.float16}
+#: The old "one precision up" mode (lower precision float32, full precision float64).
+LEGACY_FULL, LEGACY_LOWER = rt.float64, rt.float32
 
 _KEYS = {"cpu": DispatchKey.AutocastCPU, "cuda": DispatchKey.AutocastCUDA}
 
 
 class _AutocastState(threading.local):
     def __init__(self) -> None:
-        self.dtype = {"cpu": LOWER, "cuda": LOWER}
+        self.dtype = dict(DEFAULT_DTYPE)
 
 
 _state = _AutocastState()
@@ -66,13 +74,17 @@ class autocast:  # noqa: N801  (torch's name)
                 f"User specified an unsupported autocast device_type '{device_type}': retorch "
                 f"has autocast for {', '.join(_KEYS)}"
             )
-        if dtype is not None and dtype is not LOWER:
-            raise RuntimeError(
-                f"retorch's autocast lowers float64 to float32 only (retorch.tensor has no "
-                f"float16 or bfloat16), got dtype={dtype}"
+        if dtype is not None and dtype not in (rt.bfloat16, rt.float16, LEGACY_LOWER):
+            # torch warns and disables (torch/amp/autocast_mode.py), it does not raise
+            warnings.warn(
+                f"In {device_type.upper()} autocast, but the target dtype is not supported. "
+                f"Disabling autocast.\nretorch's autocast supports bfloat16 and float16 (and "
+                f"float32: the float64 -> float32 mode of earlier chapters), got {dtype}",
+                stacklevel=2,
             )
+            enabled, dtype = False, None
         self.device_type, self.enabled = device_type, enabled
-        self.dtype = LOWER if dtype is None else dtype
+        self.dtype = DEFAULT_DTYPE[device_type] if dtype is None else dtype
 
     def __enter__(self):
         key = _KEYS[self.device_type]
@@ -109,9 +121,17 @@ def _to_copy_autograd(ks, self, **kwargs):
     return out
 
 
-def _cast(value, dtype, eligible):
-    """``cached_cast``: an eligible floating tensor in another dtype, through ``_to_copy``."""
-    if isinstance(value, AutogradTensor) and value.data.dtype is eligible:
+def _cast(value, dtype, legacy):
+    """``cached_cast``: an eligible tensor (floating, not float64; in the legacy mode only
+    float64 and float32 take part) in another dtype than ``dtype``, through ``_to_copy``."""
+    if not isinstance(value, AutogradTensor):
+        return value
+    have = value.data.dtype
+    if legacy:
+        eligible = have in (LEGACY_FULL, LEGACY_LOWER)
+    else:
+        eligible = have.is_floating_point and have is not rt.float64
+    if eligible and have is not dtype:
         from .native_functions import aten
 
         return aten._to_copy(value, dtype=dtype)
@@ -121,13 +141,15 @@ def _cast(value, dtype, eligible):
 def _autocast_kernel(name: str, policy: str):
     def kernel(ks, *args, **kwargs):
         device = next(a.data.device for a in args if isinstance(a, AutogradTensor))
-        key = _KEYS[device.split(":")[0]]
+        device_type = device.split(":")[0]
+        key, lower = _KEYS[device_type], get_autocast_dtype(device_type)
+        legacy = lower is LEGACY_LOWER
         if policy == "lower_precision_fp":
-            dtype, eligible = get_autocast_dtype(device.split(":")[0]), FULL
+            dtype = lower
         else:
-            dtype, eligible = FULL, LOWER
-        args = tuple(_cast(a, dtype, eligible) for a in args)
-        kwargs = {k: _cast(v, dtype, eligible) for k, v in kwargs.items()}
+            dtype = LEGACY_FULL if legacy else rt.float32
+        args = tuple(_cast(a, dtype, legacy) for a in args)
+        kwargs = {k: _cast(v, dtype, legacy) for k, v in kwargs.items()}
         with ExcludeDispatchKeyGuard(DispatchKeySet(key)):
             return get_dispatcher().find_schema_or_throw(f"aten::{name}")(*args, **kwargs)
 

@@ -15,6 +15,8 @@ from . import tensor_shape as _shape
 from .tensor_impl import TensorImpl
 
 _TYPE_NAMES = {
+    "float16": "Half",
+    "bfloat16": "BFloat16",
     "bool": "Bool",
     "int32": "Int",
     "int64": "Long",
@@ -169,10 +171,20 @@ class Tensor:
             raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
         if self.device == "meta":
             raise RuntimeError("Tensor.item() cannot be called on meta tensors")
-        return self.cpu().numpy().reshape(()).item()
+        return self._host_values().reshape(()).item()
 
     def tolist(self):
-        return self.cpu().numpy().tolist()
+        return self._host_values().tolist()
+
+    def _host_values(self) -> np.ndarray:
+        """The values on the host; bfloat16's uint16 bits (numpy() shows them) widened to
+        float32 (half.py), as torch's item() and repr show values."""
+        values = self.cpu().numpy()
+        if self.dtype.name == "bfloat16":
+            from .half import bf16_to_fp32
+
+            values = bf16_to_fp32(values)
+        return values
 
     def to(self, device=None, dtype=None):
         from . import ops
@@ -199,7 +211,7 @@ class Tensor:
         if self.device == "meta":  # torch's repr of a meta tensor: no values to show
             extra = "" if self.dtype.name == "float32" else f", dtype=retorch.{self.dtype.name}"
             return f"tensor(..., device='meta', size={tuple(self.shape)}{extra})"
-        body = np.array2string(self.cpu().numpy(), separator=", ", precision=4, prefix="tensor(")
+        body = np.array2string(self._host_values(), separator=", ", precision=4, prefix="tensor(")
         extra = "" if self.device == "cpu" else ", device='cuda:0'"
         if self.dtype.name not in ("float32", "int64", "bool"):
             extra += f", dtype=retorch.{self.dtype.name}"

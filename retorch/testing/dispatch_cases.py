@@ -3,8 +3,9 @@
 ``autocast_precisions``: the precision of each op's output under autocast on the CPU, op by
 op, for ops from each of the policy lists of ``aten/src/ATen/autocast_mode.cpp``
 (``lower_precision_fp``, ``fp32``, ``promote``) and for ops on none of them. Precisions are
-named by their part, not their dtype: torch's autocast lowers float32 ("full") to bfloat16
-("lower"); retorch's, which has no bfloat16, lowers float64 to float32. Each op runs on
+named by their part, not their dtype: both autocasts lower float32 ("full") to bfloat16
+("lower") on the CPU (retorch's ran "one precision up", float64 to float32, before
+retorch.tensor had bfloat16; ``autocast("cpu", dtype=float32)`` still does). Each op runs on
 inputs of full, lower and (for two-input ops) mixed precision, so an op on the fp32 list
 (lower in, full out) differs from an unlisted one (lower in, lower out), and a
 lower_precision_fp op from both (full in, lower out).
@@ -55,10 +56,10 @@ def _libs(lib: str):
 
     fns = SimpleNamespace(linear=F.linear, nll_loss=aten.nll_loss)
 
-    dtypes = {"full": rt.float64, "lower": rt.float32}
+    dtypes = {"full": rt.float32, "lower": rt.bfloat16}
 
     def make(v, p):
-        return Tensor(rt.tensor(v.astype(np.float64 if p == "full" else np.float32)))
+        return Tensor(rt.tensor(v.astype(np.float32)).to(dtype=dtypes[p]))
 
     target = Tensor(rt.tensor(np.array([0, 2, 1, 0])))
     return make, target, dtypes, lambda: autocast("cpu"), fns
