@@ -20,7 +20,7 @@ from retorch.dispatch import native_functions as nf
 from retorch.dispatch.autocast_mode import autocast, is_autocast_enabled
 from retorch.dispatch.dispatch_key import DispatchKey
 from retorch.dispatch.local_dispatch_key_set import tls_local_dispatch_key_set
-from retorch.testing.dispatch_cases import AUTOCAST_OPS, autocast_precisions
+from retorch.testing.dispatch_cases import AUTOCAST_OPS, autocast_dtypes, autocast_precisions
 
 # Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
 pytestmark = pytest.mark.slow
@@ -83,38 +83,10 @@ def test_legacy_one_precision_up_mode_keeps_torchs_policy(name):
     assert _retorch_policy(name, legacy=True) == _torch_policy(name)
 
 
-INPUT_DTYPES = ["float32", "bfloat16", "float16", "float64"]
-
-
-def _dtype_table(lib):
-    """op -> the output dtype's name for each input dtype (both inputs of one dtype)."""
-    rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((5, 3))
-    w = w.astype(np.float32)
-    out = {}
-    for name in OPS:
-        row = []
-        for d in INPUT_DTYPES:
-            if lib == "torch":
-                a, b = torch.from_numpy(x).to(getattr(torch, d)), torch.from_numpy(w).to(
-                    getattr(torch, d))  # fmt: skip
-                with torch.autocast("cpu"):
-                    y = _run(name, a, b, torch.tensor(TARGET))
-                row.append(str(y.dtype).replace("torch.", ""))
-            else:
-                a = Tensor(rt.tensor(x).to(dtype=getattr(rt, d)))
-                b = Tensor(rt.tensor(w).to(dtype=getattr(rt, d)))
-                with autocast("cpu"):
-                    y = _run(name, a, b, Tensor(rt.tensor(np.array(TARGET))))
-                row.append(y.data.dtype.name)
-        out[name] = row
-    return out
-
-
 def test_output_dtypes_op_by_op_equal_torch_autocast_cpu():
     """float32, bfloat16, float16 and float64 inputs: mm/matmul/linear give bfloat16 for
     all but float64, nll_loss float32 for all but float64, the rest keep their input's."""
-    ours, theirs = _dtype_table("retorch"), _dtype_table("torch")
+    ours, theirs = autocast_dtypes("retorch"), autocast_dtypes("torch")
     assert ours == theirs
     assert ours["mm"] == ["bfloat16", "bfloat16", "bfloat16", "float64"]
 

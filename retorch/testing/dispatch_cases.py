@@ -83,3 +83,43 @@ def autocast_precisions(lib: str, ops=None) -> dict[str, str]:
             parts.append(f"{inputs}->{name_of.get(y.dtype, str(y.dtype))}")
         out[name] = ", ".join(parts)
     return out
+
+
+#: The input dtypes of ``autocast_dtypes``: the eligible ones and float64, which never is.
+AUTOCAST_INPUT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def autocast_dtypes(lib: str, ops=None) -> dict[str, list[str]]:
+    """op -> the output dtype's name under ``lib``'s CPU autocast (its default dtype,
+    bfloat16) for two inputs of each of ``AUTOCAST_INPUT_DTYPES``."""
+    import retorch.tensor as rt
+
+    make, target, _, autocast, fns = _libs(lib)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
+    if lib == "torch":
+        import torch
+
+        def cast(v, d):
+            return torch.tensor(v, dtype=torch.float32).to(getattr(torch, d))
+
+        def name(y):
+            return str(y.dtype).replace("torch.", "")
+    else:
+        from retorch.dispatch import Tensor
+
+        def cast(v, d):
+            return Tensor(rt.tensor(v.astype(np.float32)).to(dtype=getattr(rt, d)))
+
+        def name(y):
+            return y.data.dtype.name
+
+    out = {}
+    for op, _, _arity, call in AUTOCAST_OPS if ops is None else ops:
+        row = []
+        for d in AUTOCAST_INPUT_DTYPES:
+            a, b = cast(x, d), cast(w if op in ("mm", "matmul", "linear") else x, d)
+            with autocast():
+                row.append(name(call(fns, a, b, target)))
+        out[op] = row
+    return out
