@@ -3,9 +3,8 @@
 ``autocast_precisions``: the precision of each op's output under autocast on the CPU, op by
 op, for ops from each of the policy lists of ``aten/src/ATen/autocast_mode.cpp``
 (``lower_precision_fp``, ``fp32``, ``promote``) and for ops on none of them. Precisions are
-named by their part, not their dtype: both autocasts lower float32 ("full") to bfloat16
-("lower") on the CPU (retorch's ran "one precision up", float64 to float32, before
-retorch.tensor had bfloat16; ``autocast("cpu", dtype=float32)`` still does). Each op runs on
+named by their part, not their dtype: both lower float32 ("full") to bfloat16 ("lower") on
+the CPU (``autocast("cpu", dtype=float32)``: retorch's earlier float64 -> float32). Each op runs on
 inputs of full, lower and (for two-input ops) mixed precision, so an op on the fp32 list
 (lower in, full out) differs from an unlisted one (lower in, lower out), and a
 lower_precision_fp op from both (full in, lower out).
