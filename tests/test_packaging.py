@@ -26,8 +26,10 @@ def test_the_wheel_ships_every_stored_result_as_it_is(wheel):
         assert wheel.read(f"retorch/_bench_results/{rel}") == path.read_bytes(), rel
 
 
-def test_the_wheel_ships_the_set_up_cells_installer(wheel):
-    assert "retorch/install.py" in wheel.namelist()
+def test_the_wheel_ships_the_set_up_cells_installer_and_the_benchmarks_code(wheel):
+    names = wheel.namelist()
+    assert "retorch/install.py" in names  # the set-up cell imports it
+    assert "bench/bench_inductor.py" in names and "bench/gpu.py" in names  # chapter 6b runs them
 
 
 def test_results_are_read_from_the_package_copy_when_there_is_one(tmp_path, monkeypatch):

@@ -7,8 +7,8 @@ package passes them and fails for a student. This check:
 1. builds a wheel (``pip wheel --no-deps``) from a copy of the files git knows (tracked, and
    untracked but not ignored: what a clone plus the work in progress would hold);
 2. makes a throwaway venv (``--without-pip``) that sees the .venv's packages through a ``.pth``
-   line, but not its editable retorch (a ``.pth`` inside a directory added by a ``.pth`` is not
-   run), and installs the wheel into it;
+   line and runs the .venv's own ``.pth`` hooks (numba-cuda's), except the editable retorch's,
+   and installs the wheel into it;
 3. copies each chapter and solution notebook (only the .ipynb) into its own empty temporary
    folder and runs it there, in a kernel of that venv, failing on any cell error. Solutions
    must pass entirely; labs are not run (their stubs fail by design: tools/check_lab_stubs.py).
@@ -82,7 +82,13 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    Path(site, "course_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    ours = Path(sysconfig.get_paths()["purelib"])
+    # sorts first, so the .pth files copied below find their modules (numba-cuda's redirects
+    # numba.cuda to numba_cuda); the editable install's are left behind: retorch is the wheel's
+    Path(site, "00_course_venv.pth").write_text(f"{ours}\n")
+    for pth in ours.glob("*.pth"):
+        if not pth.name.startswith("__editable__"):
+            shutil.copy2(pth, Path(site, pth.name))
     subprocess.run(
         [
             sys.executable,
