@@ -11,7 +11,7 @@ CUDA 12 torch 2.10). So :func:`ensure`:
 2. picks numba-cuda's CUDA extra from that runtime (:func:`cuda_extra`: torch's CUDA major, else
    the driver's, else none: kernels then run on Numba's CUDA simulator);
 3. asks pip what it *would* install (``pip install --dry-run --report``) and refuses, before
-   anything changes, if that touches a protected package (:func:`refusal`);
+   anything changes, if that touches a protected package (:func:`pip_refusal`);
 4. installs exactly the versions pip reported, with ``--no-deps`` (no second resolution), says
    so in one line, and checks step 1 again afterwards.
 
@@ -99,7 +99,7 @@ def lacking(extra: str) -> list[str]:
     ]
 
 
-def refusal(report: dict, before: dict[str, str | None]) -> str | None:
+def pip_refusal(report: dict, before: dict[str, str | None]) -> str | None:
     """Why the install in pip's ``report`` must not go ahead, or None if it may."""
     if "torch" not in before:
         return "this runtime has no torch: install the torch you want first, then run this again"
@@ -143,7 +143,7 @@ def ensure(run_pip=pip, report_for=dry_run) -> list[str]:
     if not wanted:
         return []
     report = report_for(wanted)
-    if why := refusal(report, before):
+    if why := pip_refusal(report, before):
         raise TorchWouldChange(why)
     pins = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]]
     torch_line = f"torch {before.get('torch')} (CUDA {before['torch.version.cuda'] or 'none'})"

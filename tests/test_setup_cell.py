@@ -22,7 +22,7 @@ SWAP = report(("numba-cuda", "0.30.4"), ("torch", "2.10.0"), ("nvidia-cublas-cu1
 
 
 def test_refuses_a_torch_swap_and_says_what_would_change():
-    why = inst.refusal(SWAP, BEFORE)
+    why = inst.pip_refusal(SWAP, BEFORE)
     assert why is not None and "torch 2.11.0 -> 2.10.0" in why and "Nothing was changed" in why
 
 
@@ -37,11 +37,11 @@ def test_refuses_a_torch_swap_and_says_what_would_change():
     ],
 )
 def test_only_changes_to_protected_packages_are_refused(pairs, refused):
-    assert (inst.refusal(report(*pairs), BEFORE) is not None) == refused
+    assert (inst.pip_refusal(report(*pairs), BEFORE) is not None) == refused
 
 
 def test_no_torch_is_refused_with_a_sentence():
-    assert "has no torch" in inst.refusal(report(), {"torch.version.cuda": None})
+    assert "has no torch" in inst.pip_refusal(report(), {"torch.version.cuda": None})
 
 
 def fake_ensure(monkeypatch, wanted, pip_report):
