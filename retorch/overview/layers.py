@@ -113,7 +113,12 @@ COURSE_MAP = [
         "torch/_functorch/, torch/_inductor/, torch/export/",
     ),
     ("7 Distributed", "collectives, DDP, FSDP", "retorch.distributed", "torch/distributed/"),
-    ("8 Runtime (planned)", "streams, AMP, profiler", "(planned)", "torch/cuda/, torch/amp/"),
+    (
+        "8 Runtime",
+        "half precision, autocast (begun)",
+        "retorch.tensor.half, retorch.dispatch",
+        "c10/util/Half.h, torch/amp/",
+    ),
 ]
 
 #: Which chapter rebuilds each layer; "planned" where that chapter is not written yet.
