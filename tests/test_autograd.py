@@ -1049,3 +1049,43 @@ def test_expanded_view_of_a_base_changed_in_place_accumulates_as_torch():
         (view * torch.arange(18.0, dtype=torch.float64).view(2, 3, 3)).sum().backward()
         grads.append(x.grad.data if lib is ra else x.grad)
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("linear", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("backend", ["chapter 3 (torch arrays)", "chapter 5 (retorch.Tensor)"])
+def test_accumulate_grad_obeys_the_layout_contract_as_torch(layout, backend, linear):
+    """A leaf's first .grad is laid out as the leaf (clone_obey_contract): a transposed
+    gradient (mm's formula for a Linear weight) is stored with the weight's strides; a leaf
+    that is not dense gets a row-major gradient."""
+    import numpy as np
+
+    base = torch.arange(24.0, dtype=torch.float64).reshape(4, 6)
+    leaf_t = {"contiguous": base[:, :3].contiguous(), "transposed": base.t().contiguous().t(),
+              "strided": base[:, ::2]}[layout].clone(memory_format=torch.preserve_format)  # fmt: skip
+    if layout == "strided":
+        leaf_t = base[:, ::2]
+    leaf_t = leaf_t.detach().requires_grad_(True)
+    x = torch.ones(5, leaf_t.shape[1 if linear else 0], dtype=torch.float64)
+
+    def use(x, w):  # as a Linear uses its weight (x @ w.t()), or as a matmul's right side
+        return (x @ w.t()) if linear else (x @ w)
+
+    use(x, leaf_t).t().sum().backward()
+    if backend.startswith("chapter 3"):
+        leaf = ra.Tensor(leaf_t.detach(), requires_grad=True)
+        use(ra.Tensor(x), leaf).t().sum().backward()
+        strides, values = leaf.grad.data.stride(), leaf.grad.data.numpy()
+    else:
+        from retorch.dispatch import Tensor
+        from retorch.tensor import from_numpy
+
+        arr = np.lib.stride_tricks.as_strided(
+            base.numpy(), leaf_t.shape, [s * 8 for s in leaf_t.stride()]
+        ).copy(order="K") if layout != "strided" else base.numpy()[:, ::2]  # fmt: skip
+        leaf = Tensor(from_numpy(arr), requires_grad=True)
+        assert leaf.data.stride() == leaf_t.stride()
+        use(Tensor(from_numpy(x.numpy())), leaf).t().sum().backward()
+        strides, values = leaf.grad.data.stride(), leaf.grad.data.numpy()
+    assert tuple(strides) == leaf_t.grad.stride(), (layout, backend)
+    assert (values == leaf_t.grad.numpy()).all()

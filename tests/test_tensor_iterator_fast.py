@@ -27,17 +27,22 @@ from retorch.tensor.tensor_iterator import TensorIterator, TensorIteratorConfig
 DTYPES = [rt.float32, rt.float64, rt.int64, rt.int32, bool_]
 
 
-def _full_build(a, b):
-    cfg = TensorIteratorConfig().add_output(None).add_input(a).add_input(b)
+def _config(out, inputs, static_dtype=None, integer_to_float=False):
+    cfg = TensorIteratorConfig().add_output(out)
+    for t in inputs:
+        cfg.add_input(t)
     cfg.promote_inputs_to_common_dtype_ = True
     cfg.cast_common_dtype_to_outputs_ = True
     cfg.enforce_safe_casting_to_output_ = True
-    return cfg.build()
+    cfg.promote_integer_inputs_to_float_ = integer_to_float
+    cfg.static_dtype = static_dtype
+    return cfg
 
 
 def _state(it):
     """Everything a kernel or a later step reads from an iterator."""
     out = it.output()
+    shape, strides = it.kernel_args()[2:]
     return dict(
         shape=list(it.shape),
         perm=list(it.perm),
@@ -46,27 +51,33 @@ def _state(it):
         noutputs=it.noutputs,
         is_reduction=it.is_reduction,
         operands=[(op.is_output, list(op.stride_bytes), op.tensor.dtype) for op in it.operands],
-        inputs=[op.tensor for op in it.operands[1:]],
+        values=[op.tensor.tolist() for op in it.operands[1:]],
         out=(out.shape, out.stride(), out.dtype, out.device, out.storage_offset()),
-        kernel_shape=it.kernel_args()[2].tolist(),
-        kernel_strides=it.kernel_args()[3].tolist()
-        if it.shape
-        else [[1]] * len(it.operands),  # (a 0-dim op reads element 0: any stride does)
+        kernel_shape=shape.tolist(),
+        # (a 0-dim op reads element 0 only: any stride will do)
+        kernel_strides=strides.tolist() if it.shape else None,
         numel=it.numel(),
     )
 
 
 @st.composite
 def operands(draw):
-    """(a, b) and torch's (ta, tb) with the same values, shapes, strides and dtypes."""
+    """(a, b) and torch's (ta, tb) with the same values, shapes, strides and dtypes; b may be
+    a 0-dim tensor or a wrapped Python number."""
     shape = tuple(draw(st.lists(st.integers(0, 4), min_size=0, max_size=3)))
     da, db = draw(st.sampled_from(DTYPES)), draw(st.sampled_from(DTYPES))
-    other = shape if draw(st.booleans()) else tuple(draw(st.lists(st.integers(1, 3), max_size=3)))
+    kind = draw(st.sampled_from(["same", "broadcast", "zero-dim", "python"]))
+    other = {"same": shape, "zero-dim": (), "python": ()}.get(kind)
+    if other is None:
+        other = tuple(draw(st.lists(st.integers(1, 3), max_size=3)))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     xa = rng.integers(1, 5, shape).astype(da.np)
     xb = rng.integers(1, 5, other).astype(db.np)
     a, ta = rt.from_numpy(xa), torch.from_numpy(xa)
     b, tb = rt.from_numpy(xb), torch.from_numpy(xb)
+    if kind == "python":  # a Python number: torch's wrapped number (int64, float64 or bool)
+        value = True if db is bool_ else (2.5 if db.is_floating_point else 3)
+        b, tb = rt.scalar_tensor(value, wrapped=True), value
     if draw(st.booleans()) and a.dim() >= 2:  # same shape, not contiguous
         a = a.transpose(0, 1).contiguous().transpose(0, 1)
         ta = ta.transpose(0, 1).contiguous().transpose(0, 1)
@@ -76,31 +87,63 @@ def operands(draw):
     return a, b, ta, tb
 
 
-@settings(max_examples=200, deadline=None)
-@given(operands())
-def test_fast_binary_op_equals_the_full_build_or_declines(ab):
+@settings(max_examples=300, deadline=None)
+@given(operands(), st.sampled_from(["new", "in-place", "out", "static-bool", "to-float"]))
+def test_fast_op_equals_the_full_build(ab, how):
+    """Whenever fast_op answers, its iterator equals the one every step builds."""
     a, b, _, _ = ab
-    fast = TensorIterator.fast_binary_op(a, b)
-    eligible = (
-        a.shape == b.shape
-        and a.dtype is b.dtype
-        and a._impl.is_contiguous()
-        and b._impl.is_contiguous()
-        and not a._impl.is_wrapped_number
-        and not b._impl.is_wrapped_number
-    )
-    assert (fast is not None) == eligible
-    if fast is not None:
-        assert _state(fast) == _state(_full_build(a, b))
+    out, static, to_float = None, None, how == "to-float"
+    if how == "in-place":
+        out = a
+    elif how == "out":
+        out = rt.empty(*a.shape, dtype=a.dtype)
+    elif how == "static-bool":
+        static = bool_
+    fast = TensorIterator.fast_op(out, (a, b), static, to_float)
+    if fast is None:
+        return
+    try:
+        full = TensorIterator(_config(out, (a, b), static, to_float))
+    except RuntimeError as e:  # the long way raises: the fast one must not have answered
+        raise AssertionError(f"fast_op answered where build raises: {e}") from None
+    assert _state(fast) == _state(full)
 
 
-def test_fast_binary_op_declines_wrapped_numbers_and_mixed_devices():
-    a = rt.from_numpy(np.ones((), dtype=np.float64))
-    w = rt.scalar_tensor(2.0, dtype=rt.float64)
-    w._impl.is_wrapped_number = True
-    assert TensorIterator.fast_binary_op(a, w) is None  # a wrapped number may not keep its dtype
-    m = rt.empty(3, device="meta")
-    assert TensorIterator.fast_binary_op(m, m) is None  # meta restrides its output afterwards
+def _f(*shape, dtype=np.float32):
+    return rt.from_numpy(np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape))
+
+
+@pytest.mark.parametrize(
+    "case, out, inputs, taken",
+    [
+        ("same shape", None, lambda: (_f(3, 4), _f(3, 4)), True),
+        ("unary", None, lambda: (_f(3, 4),), True),
+        ("0-dim operands", None, lambda: (_f(), _f()), True),
+        ("tensor and 0-dim of its dtype", None, lambda: (_f(3, 4), _f()), True),
+        ("tensor and a wrapped float", None, lambda: (_f(3), rt.scalar_tensor(2.5, wrapped=True)), True),
+        ("broadcast row", None, lambda: (_f(3, 4), _f(4)), False),
+        ("transposed", None, lambda: (_f(4, 3).t(), _f(3, 4)), False),
+        ("dtypes differ", None, lambda: (_f(3), _f(3, dtype=np.float64)), False),
+        ("int tensor, wrapped float", None, lambda: (_f(3, dtype=np.int64), rt.scalar_tensor(2.5, wrapped=True)), False),
+        ("0-dim first", None, lambda: (_f(), _f(3)), False),
+        ("no elements and a scalar", None, lambda: (_f(0, 2), _f()), False),
+    ],
+)  # fmt: skip
+def test_fast_op_taken_exactly_where_meant(case, out, inputs, taken):
+    assert (TensorIterator.fast_op(out, inputs(), None, False) is not None) == taken, case
+
+
+def test_fast_op_with_outputs_given():
+    a, b = _f(6), _f(6)
+    assert TensorIterator.fast_op(a, (a, b), None, False) is not None  # x.add_(y)
+    assert TensorIterator.fast_op(rt.empty(6), (a, b), None, False) is not None
+    assert TensorIterator.fast_op(rt.empty(6, dtype="float64"), (a, b), None, False) is None
+    base = _f(8)
+    # overlapping in part: compute_mem_overlaps must see it, and raise as torch does
+    assert TensorIterator.fast_op(base[:6], (base[2:], b), None, False) is None
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and"):
+        rt.add(base[2:], b, out=base[:6])
+    assert rt.add(a, b, out=a) is a and a.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
 
 
 @settings(max_examples=100, deadline=None)

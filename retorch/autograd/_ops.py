@@ -88,6 +88,13 @@ def strides(x: Array) -> tuple[int, ...]:
     return tuple(x.stride())
 
 
+def is_non_overlapping_and_dense(x: Array) -> bool:
+    """Every element at its own address, no gaps, in some order of the dims (c10's flag)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+
+    return dense(x)
+
+
 def geometry(x: Array) -> tuple:
     """``(sizes, strides, storage_offset)``: where ``x``'s elements sit in its storage."""
     return tuple(x.shape), tuple(x.stride()), x.storage_offset()

@@ -97,6 +97,10 @@ def strides(x: Array) -> tuple[int, ...]:
     return tuple(x.stride())
 
 
+def is_non_overlapping_and_dense(x: Array) -> bool:
+    return x._impl.is_non_overlapping_and_dense()
+
+
 def geometry(x: Array) -> tuple:
     """``(sizes, strides, storage_offset)``: where ``x``'s elements sit in its storage."""
     return tuple(x.shape), tuple(x.stride()), x.storage_offset()

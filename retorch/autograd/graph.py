@@ -144,12 +144,38 @@ class AccumulateGrad(Node):
             # A copy, so that .grad never aliases a gradient that also flows elsewhere. torch
             # skips it when nothing else holds the gradient (an optimisation), and under
             # create_graph its copy shows as CopyBackwards where ours is CloneBackward0.
-            variable.grad = grad.clone()
+            variable.grad = _clone_obey_contract(grad, variable)
         elif grad_mode._enabled:  # create_graph: .grad stays differentiable
             variable.grad = variable.grad + grad
         else:
             variable.grad.add_(grad)
         return ()
+
+
+def _clone_obey_contract(grad, variable):
+    """``utils::clone_obey_contract`` (``torch/csrc/autograd/functions/utils.h``), the
+    "gradient layout contract" of ``AccumulateGrad``: a leaf's ``.grad`` is laid out as the
+    leaf is when the leaf is non-overlapping and dense (a Linear weight's gradient arrives
+    transposed from ``mm``'s formula and is stored with the weight's strides), else
+    row-major. Under create_graph the copy is a differentiable ``clone`` (preserving the
+    gradient's layout)."""
+    g, v = grad.data, variable.data
+    if grad_mode._enabled or _ops.strides(g) == _ops.strides(v):
+        return grad.clone()
+    if _ops.is_non_overlapping_and_dense(v):
+        out = _ops.empty_strided(_ops.geometry(v), like=g)
+    else:
+        out = _ops.empty_strided((tuple(v.shape), _contiguous_strides(v.shape)), like=g)
+    _ops.copy_(out, g)
+    return type(grad)(out)
+
+
+def _contiguous_strides(sizes) -> tuple:
+    strides, z = [0] * len(sizes), 1
+    for d in range(len(sizes) - 1, -1, -1):
+        strides[d] = z
+        z *= max(sizes[d], 1)
+    return tuple(strides)
 
 
 _NAME_SUFFIX = re.compile(r"Backward(\d*)$")

@@ -58,9 +58,7 @@ def _as_tensor(x):
 # ---- elementwise binary -----------------------------------------------------------------------
 def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     a, b = _as_tensor(self), _as_tensor(other)
-    it = None
-    if out is None and (not integer_to_float or a._impl.dtype.is_floating_point):
-        it = TensorIterator.fast_binary_op(a, b)  # same shape, dtype, device; contiguous
+    it = TensorIterator.fast_op(out, (a, b), None, integer_to_float)  # one shape, contiguous
     if it is None:
         it = _build_binary(a, b, out, integer_to_float)
     op = S.BINARY[name]

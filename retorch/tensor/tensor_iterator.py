@@ -32,10 +32,22 @@ from .expand_utils import infer_size
 from .tensor import Tensor
 from .tensor_factories import empty_generic
 from .tensor_impl import contiguous_strides
-from .type_promotion import ResultTypeState, can_cast
+from .type_promotion import ResultTypeState, _category, can_cast
 
-#: The element strides of ``fast_binary_op``'s three operands (kernels only read strides).
-_UNIT_STRIDES = np.ones((3, 1), dtype=np.int64)
+#: The element strides of ``fast_op``'s operands (1, or 0 for a broadcast scalar), by
+#: pattern: kernels only read strides, so one array serves every op of a pattern.
+_UNIT_STRIDES: dict[tuple, np.ndarray] = {}
+
+
+def _joins_as_scalar(i, dtype, device) -> bool:
+    """A 0-dim input on the op's device that leaves the common dtype as ``dtype``
+    (``compute_types``): one of ``dtype`` itself, or a wrapped Python number of no higher
+    category (bool < int < float)."""
+    if i.storage.device != device:
+        return False
+    if i.dtype is dtype:
+        return True
+    return i.is_wrapped_number and _category(i.dtype) <= _category(dtype)
 
 
 class OperandInfo:
@@ -77,6 +89,13 @@ class TensorIteratorConfig:
         return self
 
     def build(self) -> TensorIterator:
+        if len(self.outputs) == 1 and self.inputs and not self.is_reduction and not self.trace:
+            it = TensorIterator.fast_op(
+                self.outputs[0], self.inputs, self.static_dtype,
+                self.promote_integer_inputs_to_float_,
+            )  # fmt: skip
+            if it is not None:
+                return it
         return TensorIterator(self)
 
 
@@ -98,47 +117,89 @@ def reduce_op(out, a, trace: bool = False) -> TensorIterator:
 class TensorIterator:
     @classmethod
     def fast_binary_op(cls, a, b) -> TensorIterator | None:
-        """What ``build`` gives a binary op with no ``out=`` when ``a`` and ``b`` have one
-        shape, one dtype and one device and are both contiguous, worked out without the
-        general steps; ``None`` for any other case (the caller then builds in full).
+        """``fast_op`` for ``out = a (op) b`` with a new output, without building a config."""
+        return cls.fast_op(None, (a, b), None, False)
+
+    @classmethod
+    def fast_op(cls, out, inputs, static_dtype, integer_to_float) -> TensorIterator | None:
+        """What ``build`` gives an elementwise op whose operands have one shape, one dtype and
+        one device and are all contiguous, worked out without the general steps; ``None`` for
+        any other case (``TensorIteratorConfig.build`` then runs every step).
 
         torch's ``build`` runs every step for every op: in C++ they cost nanoseconds. Here each
-        costs microseconds, so the commonest case of a training step (same-shape contiguous
-        operands: ``fast_set_up``'s first branch) takes the answers the steps would reach:
-        ``compute_shape``: the shape of both; ``compute_types``: their dtype, no casts (a
-        wrapped Python number is left out: it may not keep its own dtype); no overlap to check
-        (the output is new); ``fast_set_up``: a contiguous output and one 1-d loop.
-        tests/test_tensor_iterator_fast.py checks every field against ``build``."""
-        ia, ib = a._impl, b._impl
-        if (
-            ia.sizes != ib.sizes
-            or ia.dtype is not ib.dtype
-            or not ia.is_contiguous_
-            or not ib.is_contiguous_
-            or ia.is_wrapped_number
-            or ib.is_wrapped_number
-        ):
+        costs microseconds, so the commonest case of a training step (``fast_set_up``'s first
+        branch) takes the answers the steps would reach. ``compute_mem_overlaps``: a
+        contiguous output writes each address once, and it may be an input itself
+        (``x.add_(y)``) or share no storage with one; anything else goes the long way, which
+        raises where torch raises. ``compute_shape``: the shape of all. ``compute_types``:
+        their dtype, no casts (a wrapped Python number is left out: it may not keep its own
+        dtype); an output given must already have the op's dtype. ``fast_set_up``: a
+        contiguous output, one 1-d loop. tests/test_tensor_iterator_fast.py checks every
+        field against ``build``'s."""
+        first = inputs[0]._impl
+        sizes, dtype, storage = first.sizes, first.dtype, first.storage
+        device = storage.device
+        if device == "meta" or (integer_to_float and not dtype.is_floating_point):
             return None
-        device = ia.storage.device
-        if ib.storage.device != device or device == "meta":
-            return None
-        dtype = ia.dtype
+        scalars = None  # positions of 0-dim inputs broadcast against the others
+        for k, t in enumerate(inputs):
+            i = t._impl
+            if i.sizes != sizes or i.is_wrapped_number:
+                if k == 0 or i.sizes or not sizes or not _joins_as_scalar(i, dtype, device):
+                    return None
+                scalars = (scalars or ()) + (k,)
+            elif i.dtype is not dtype or not i.is_contiguous_ or i.storage.device != device:
+                return None
+        if scalars is not None:
+            if 0 in sizes:
+                return None
+            inputs = list(inputs)
+            for k in scalars:  # compute_types's cast of an input to the common dtype
+                if inputs[k]._impl.dtype is not dtype:
+                    inputs[k] = inputs[k].to(dtype=dtype)
+        out_dtype = static_dtype or dtype
+        if out is None:
+            out = empty_generic(sizes, out_dtype, device)
+        else:
+            o = out._impl
+            if (
+                o.sizes != sizes
+                or o.dtype is not out_dtype
+                or not o.is_contiguous_
+                or o.storage.device != device
+                or not o.is_non_overlapping_and_dense()  # (has_internal_overlap's first test)
+            ):
+                return None
+            for t in inputs:
+                i = t._impl
+                if i.storage is o.storage and i.storage_offset != o.storage_offset:
+                    return None  # overlapping or not: compute_mem_overlaps decides
         self = cls.__new__(cls)
-        out = OperandInfo(empty_generic(ia.sizes, dtype, device), True)
-        ops = [out, OperandInfo(a, False), OperandInfo(b, False)]
-        if ia.sizes:
+        ops = [OperandInfo(out, True)]
+        ops += [OperandInfo(t, False) for t in inputs]
+        if sizes:
             n = 1
-            for s in ia.sizes:
+            for s in sizes:
                 n *= s
             self.shape, self.perm = [n], [0]
             for op in ops:
-                op.stride_bytes = [dtype.itemsize]
+                op.stride_bytes = [op.tensor._impl.dtype.itemsize]
+            if scalars is not None:
+                # not fast_set_up's case (shapes differ): compute_strides gives the scalars
+                # stride 0, reorder_dimensions keeps the row-major order (perm reversed),
+                # coalesce_dimensions merges every dim into one
+                for k in scalars:
+                    ops[1 + k].stride_bytes = [0]
+                nd = len(sizes)
+                self.perm = list(range(nd - 1, -1, -1)) if nd > 1 else [0]
         else:
             self.shape, self.perm = [], []
         self.operands, self.noutputs = ops, 1
         self.is_reduction, self.resize_outputs, self.all_ops_same_shape = False, True, True
         self.common_dtype, self.device = dtype, device
-        self._out_copy_back, self.steps, self._contiguous = [], None, True
+        self._out_copy_back, self.steps = [], None
+        # kernel_args's element strides: 1, or 0 for a broadcast scalar
+        self._contiguous = tuple(0 if k in (scalars or ()) else 1 for k in range(-1, len(inputs)))
         return self
 
     def __init__(self, config: TensorIteratorConfig):
@@ -431,13 +492,18 @@ class TensorIterator:
     def kernel_args(self):
         """(arrays, offsets, shape, strides): typed storages, element offsets, the iteration
         shape as int64 (one dim of size 1 for a 0-dim op) and element strides [operand, dim]."""
-        if self._contiguous:  # fast_binary_op's: one 1-d loop, every stride 1 element
+        if self._contiguous:  # fast_op's: one 1-d loop, strides 1 (0: a broadcast scalar)
             arrays, offsets = [], []
             for op in self.operands:
                 impl = op.tensor._impl
                 arrays.append(impl.storage.typed(impl.dtype.np))
                 offsets.append(impl.storage_offset)
-            return arrays, offsets, np.array(self.shape or [1], dtype=np.int64), _UNIT_STRIDES
+            strides = _UNIT_STRIDES.get(self._contiguous)
+            if strides is None:
+                strides = _UNIT_STRIDES[self._contiguous] = np.array(
+                    self._contiguous, dtype=np.int64
+                ).reshape(-1, 1)
+            return arrays, offsets, np.array(self.shape or [1], dtype=np.int64), strides
         arrays, offsets, rows = [], [], []
         for op in self.operands:
             impl = op.tensor._impl
