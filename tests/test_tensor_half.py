@@ -150,7 +150,7 @@ BINARY = {
     "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b,
     "add_alpha": lambda a, b: a.add(b, alpha=0.3),
-    "add_scalar": lambda a, b: a + 2.0,
+    "add_scalar": lambda a, b: a + 1.1,
     "broadcast_t": lambda a, b: a.t() * b[:1],
     "maximum": lambda a, b: a.maximum(b),
 }
@@ -243,3 +243,16 @@ def test_bfloat16_storage_is_the_top_half_of_a_float32():
     assert x.element_size() == 2 and x.numpy().dtype == np.uint16
     top = np.array([1.0, -2.5, 3.140625], dtype=np.float32).view(np.uint32) >> 16
     np.testing.assert_array_equal(x.numpy(), top.astype(np.uint16))
+
+
+@pytest.mark.parametrize(("d", "td"), PAIRS, ids=IDS)
+def test_factories_round_python_floats_twice_as_torch(d, td):
+    """A Python float (a double) becomes a 16-bit value through float32 in torch
+    (``c10::convert``; Half and BFloat16 are built from a float): 1 + 2**-11 + 2**-40 is just
+    above a float16 tie, but its float32 is the tie itself, which rounds to even."""
+    vals = [1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, 0.1, 65519.99, 1e-8, -3e38]
+    assert np.array_equal(ours_bits(rt.tensor(vals, dtype=d)),
+                          torch_bits(torch.tensor(vals, dtype=td)))  # fmt: skip
+    assert np.array_equal(ours_bits(rt.full((3,), vals[0], dtype=d)),
+                          torch_bits(torch.full((3,), vals[0], dtype=td)))  # fmt: skip
+    assert rt.tensor(vals, dtype=d).tolist() == torch.tensor(vals, dtype=td).tolist()
