@@ -27,6 +27,7 @@ import importlib.util
 import json
 import re
 import runpy
+import site
 import subprocess
 import sys
 import tempfile
@@ -118,6 +119,24 @@ def pip_refusal(report: dict, before: dict[str, str | None]) -> str | None:
     )
 
 
+def site_dirs() -> list[Path]:
+    """The directories whose ``.pth`` files Python ran at start-up (site-packages)."""
+    return [Path(d) for d in [*site.getsitepackages(), site.getusersitepackages()] if d]
+
+
+def pth_files() -> set[Path]:
+    return {p for d in site_dirs() if d.is_dir() for p in d.glob("*.pth")}
+
+
+def run_new_pth(before: set[Path]) -> list[Path]:
+    """Run the ``.pth`` files an install added, as a restart would: numba-cuda's redirects
+    ``numba.cuda`` to itself, which this process must see without a restart."""
+    new = sorted(pth_files() - before)
+    for pth in new:
+        site.addpackage(str(pth.parent), pth.name, None)
+    return new
+
+
 def pip(*args: str, capture: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"]
     return subprocess.run(cmd, capture_output=capture, text=True)
@@ -148,11 +167,13 @@ def ensure(run_pip=pip, report_for=dry_run) -> list[str]:
     pins = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]]
     torch_line = f"torch {before.get('torch')} (CUDA {before['torch.version.cuda'] or 'none'})"
     print(f"Installing {', '.join(wanted)} ({len(pins)} packages); {torch_line} stays as it is")
+    pth_before = pth_files()
     if pins:
         done = run_pip("install", "-q", "--no-deps", *pins)
         if done.returncode:
             raise RuntimeError(f"pip install failed:\n{(done.stderr or '')[-2000:]}")
     importlib.invalidate_caches()  # this process must see the new packages
+    run_new_pth(pth_before)
     after = runtime_state()
     # a protected package added (cuda-bindings for numba-cuda) is fine; a present one changed is not
     changed = {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v}

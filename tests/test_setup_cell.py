@@ -4,6 +4,7 @@ driven with fake pip reports, and the template cell itself."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import types
 
 import pytest
@@ -115,3 +116,13 @@ def test_set_up_cell_fits_and_says_what_to_do_when_the_url_fails(monkeypatch):
         exec(compile(head, "<set-up cell>", "exec"), {})
     with pytest.raises(RuntimeError, match="make publish-url URL="):
         exec(compile(head, "<set-up cell>", "exec"), {})
+
+
+def test_a_pth_file_the_install_adds_runs_without_a_restart(tmp_path, monkeypatch):
+    monkeypatch.setattr(inst, "site_dirs", lambda: [tmp_path])
+    (tmp_path / "old.pth").write_text("import sys; sys._old_pth_ran = True\n")
+    before = inst.pth_files()
+    (tmp_path / "_numba_cuda_redirector.pth").write_text("import sys; sys._new_pth_ran = True\n")
+    monkeypatch.setattr(sys, "_new_pth_ran", False, raising=False)
+    assert inst.run_new_pth(before) == [tmp_path / "_numba_cuda_redirector.pth"]
+    assert sys._new_pth_ran and not hasattr(sys, "_old_pth_ran")
