@@ -20,7 +20,12 @@ from retorch.dispatch import native_functions as nf
 from retorch.dispatch.autocast_mode import autocast, is_autocast_enabled
 from retorch.dispatch.dispatch_key import DispatchKey
 from retorch.dispatch.local_dispatch_key_set import tls_local_dispatch_key_set
-from retorch.testing.dispatch_cases import AUTOCAST_OPS, autocast_dtypes, autocast_precisions
+from retorch.testing.dispatch_cases import (
+    AUTOCAST_OPS,
+    autocast_dtypes,
+    autocast_log,
+    autocast_precisions,
+)
 
 # Multi-second randomized or multi-process tests: in make unit, not in make check-fast.
 pytestmark = pytest.mark.slow
@@ -182,3 +187,10 @@ def test_autocast_misuse():
         tac = torch.autocast("cpu", dtype=torch.float64)
     with ac, tac:
         assert is_autocast_enabled("cpu") == torch.is_autocast_enabled("cpu") is False
+
+
+def test_linear_under_autocast_runs_torchs_ops_in_torchs_dtypes():
+    """Two casts to bfloat16, a transpose and mm in bfloat16, logged below autocast."""
+    ours = autocast_log("retorch")
+    assert ours == autocast_log("torch")
+    assert ours[-1] == "aten.mm.default(bfloat16, bfloat16) -> bfloat16"

@@ -122,3 +122,40 @@ def autocast_dtypes(lib: str, ops=None) -> dict[str, list[str]]:
                 row.append(name(call(fns, a, b, target)))
         out[op] = row
     return out
+
+
+def autocast_log(lib: str) -> list[str]:
+    """Each aten op that ``F.linear`` of two float32 tensors runs under ``lib``'s CPU autocast,
+    seen by a dispatch mode below autocast: ``op(input dtypes) -> output dtype``."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode as TorchMode
+
+    import retorch.tensor as rt
+    from retorch.dispatch import Tensor
+    from retorch.dispatch.autocast_mode import autocast
+    from retorch.dispatch.python_dispatch import TorchDispatchMode
+
+    log = []
+
+    def name(t):
+        return str(t.dtype).replace("retorch.", "").replace("torch.", "")
+
+    class Log(TorchMode if lib == "torch" else TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            ins = ", ".join(name(a) for a in args if hasattr(a, "dtype"))
+            log.append(f"{func}({ins}) -> {name(out)}")
+            return out
+
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (5, 3)))
+    if lib == "torch":
+        x, w = torch.from_numpy(x), torch.from_numpy(w)
+        with torch.autocast("cpu"), Log():
+            F.linear(x, w)
+    else:
+        x, w = Tensor(rt.tensor(x)), Tensor(rt.tensor(w))
+        with autocast("cpu"), Log():
+            F.linear(x, w)
+    return log
