@@ -38,7 +38,7 @@ from .tensor_factories import (  # noqa: F401  (re-exported)
     zeros_like,
 )
 from .tensor_impl import TensorImpl, storage_nbytes
-from .tensor_iterator import TensorIterator, TensorIteratorConfig, resize_output
+from .tensor_iterator import OperandInfo, TensorIterator, TensorIteratorConfig, resize_output
 from .tensor_shape import alias, contiguous
 from .wrap_dim_utils import dim_list_to_bitset, maybe_wrap_dim
 
@@ -390,8 +390,6 @@ class _Overlap:
     """Just enough of a TensorIterator for compute_mem_overlaps."""
 
     def __init__(self, cfg):
-        from .tensor_iterator import OperandInfo
-
         self.operands = [OperandInfo(t, True) for t in cfg.outputs]
         self.operands += [OperandInfo(t, False) for t in cfg.inputs]
         self.noutputs = len(cfg.outputs)
@@ -399,8 +397,6 @@ class _Overlap:
 
 def _check_overlap(out, *inputs):
     """torch checks memory overlap before it resizes ``out`` or checks an in-place shape."""
-    from .tensor_iterator import TensorIterator
-
     cfg = TensorIteratorConfig().add_output(out)
     for t in inputs:
         cfg.add_input(_as_tensor(t))

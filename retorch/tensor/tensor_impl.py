@@ -31,14 +31,15 @@ def channels_last_strides_2d(sizes) -> tuple[int, ...]:
 
 
 def compute_contiguous(sizes, strides) -> bool:
-    if any(s == 0 for s in sizes):
+    if 0 in sizes:
         return True
     z = 1
     for d in range(len(sizes) - 1, -1, -1):
-        if sizes[d] != 1:
+        size = sizes[d]
+        if size != 1:
             if strides[d] != z:
                 return False
-            z *= sizes[d]
+            z *= size
     return True
 
 

@@ -24,6 +24,20 @@ _VIEW_ERROR = (
 )
 
 
+_Tensor = _ops = None
+
+
+def _late_imports():
+    """``Tensor`` and ``ops``, which import this module: bound on first use, once (an import
+    statement in a function costs a microsecond at every call)."""
+    global _Tensor, _ops
+    from . import ops
+    from .tensor import Tensor
+
+    _Tensor, _ops = Tensor, ops
+    return Tensor, ops
+
+
 def _shape_arg(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
@@ -32,8 +46,7 @@ def _shape_arg(shape):
 
 def alias(self, sizes, strides, storage_offset=None):
     """A new tensor over ``self``'s storage (``alias_with_sizes_and_strides``)."""
-    from .tensor import Tensor
-
+    Tensor = _Tensor or _late_imports()[0]  # noqa: N806  (tensor.py imports this module)
     impl = self._impl
     off = impl.storage_offset if storage_offset is None else storage_offset
     return Tensor(TensorImpl(impl.storage, impl.dtype, sizes, strides, off), base=self)
@@ -241,8 +254,7 @@ def flatten(self, start_dim=0, end_dim=-1):
 
 def contiguous(self, memory_format="contiguous_format", copy=False):
     """``self`` if already laid out so, else a copy in row-major (or channels_last) order."""
-    from . import ops
-
+    ops = _ops or _late_imports()[1]
     fmt = _memory_format(memory_format)
     if not copy and self.is_contiguous(memory_format=fmt):
         return self
