@@ -49,9 +49,14 @@ def kernel_problem() -> str | None:
                 f"{np.__version__} ({e}). Run `pip install numpy=={KNOWN_GOOD_NUMPY}`, then "
                 "restart the runtime (Runtime > Restart session) and run this cell again."
             )
+        from .install import cuda_extra, driver_cuda_major, torch_cuda
+
+        # the CUDA extra of this runtime's torch: a wrong one makes pip replace torch (issue 32)
+        extra = cuda_extra(torch_cuda(), driver_cuda_major())
         return (
             f"a Numba-CUDA kernel failed to compile or run: {type(e).__name__}: {e}. Run "
-            "`pip install -U 'numba-cuda[cu12]'`, restart the runtime and run this cell again."
+            f"`pip install --no-deps -U 'numba-cuda{extra}'` (the CUDA of this runtime's torch), "
+            "restart the runtime and run this cell again."
         )
     if not np.array_equal(got, np.arange(1, 9, dtype=np.float32)):
         return f"a Numba-CUDA kernel ran but computed {got.tolist()} instead of 1..8"

@@ -126,3 +126,14 @@ def test_a_pth_file_the_install_adds_runs_without_a_restart(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "_new_pth_ran", False, raising=False)
     assert inst.run_new_pth(before) == [tmp_path / "_numba_cuda_redirector.pth"]
     assert sys._new_pth_ran and not hasattr(sys, "_old_pth_ran")
+
+
+def test_a_failed_kernel_check_names_the_extra_of_the_runtimes_torch(monkeypatch):
+    import retorch.environment as env
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no CUDA toolkit")
+
+    monkeypatch.setattr(env.cuda, "to_device", broken)
+    monkeypatch.setattr(inst, "torch_cuda", lambda: "13.0")
+    assert "`pip install --no-deps -U 'numba-cuda[cu13]'`" in env.kernel_problem()
