@@ -11,6 +11,10 @@ from __future__ import annotations
 
 def infer_size(a, b) -> tuple[int, ...]:
     """The broadcast shape of ``a`` and ``b``, or torch's RuntimeError naming the dim."""
+    if a == b or not b:  # (equal shapes, or a 0-dim one: the commonest calls, answered at once)
+        return tuple(a)
+    if not a:
+        return tuple(b)
     ndim = max(len(a), len(b))
     out = [0] * ndim
     for i in range(ndim - 1, -1, -1):

@@ -161,9 +161,13 @@ def _wrap_iter(name, run):
     original = stub(name).table["cpu"]
 
     def kernel(it, *args):
-        dts = _dtypes(it)
-        if not any(is_half(d) for d in dts):
+        for op in it.operands:  # (a loop, not any(): this runs in front of every CPU op)
+            d = op.tensor._impl.dtype
+            if d is float16 or d is bfloat16:
+                break
+        else:
             return original(it, *args)
+        dts = _dtypes(it)
         arrays, offsets, shape, strides = it.kernel_args()
         if name == "copy" and dts[0] is dts[1]:  # same type: the bits, as a memcpy
             bits = [a.view(np.uint16) for a in arrays]

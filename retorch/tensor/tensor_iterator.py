@@ -283,11 +283,15 @@ class TensorIterator:
 
     # -- step 2 ---------------------------------------------------------------------------
     def compute_types(self, config):
-        device = "cpu"
+        device, mixed = "cpu", False
         for op in self.operands:
-            if op.tensor is not None and op.tensor.device != "cpu":
-                device = op.tensor.device
-        for op in self.operands:
+            if op.tensor is not None:
+                d = op.tensor._impl.storage.device
+                if d != "cpu":
+                    mixed, device = mixed or device != "cpu", d
+                elif device != "cpu":
+                    mixed = True
+        for op in self.operands if mixed or device != "cpu" else ():
             t = op.tensor
             if t is None or t.device == device:
                 continue
