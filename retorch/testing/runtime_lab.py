@@ -1,0 +1,177 @@
+"""Graders for lab 8 (solutions/08_runtime_lab.md): the student's runtime rules against torch's.
+
+Each ``check_*`` takes the comparisons object that :func:`retorch.testing.grading.check`
+passes and the student's function, runs it and torch (or chapter 4's allocator model, for
+exercise 3) on the same inputs, and compares:
+
+1. ``update_scale``: GradScaler's update rule, step by step against ``torch._amp_update_scale_``
+   on sequences of steps with and without infs (growth, backoff, a factor that needs float32
+   rounding, a growth that would overflow, ``found_inf`` summed over two optimizers);
+2. ``float64_to_bfloat16_bits``: ``.to(torch.bfloat16)`` of float64 values, whose bits torch
+   rounds twice (to float32, then to bfloat16): ties, double-rounding cases, overflow, NaN;
+3. ``can_reuse``: the caching allocator's reuse rule across streams, against what
+   ``retorch.tensor.allocator.CUDACachingAllocator`` actually hands out after
+   ``record_stream``, a free, and some streams synchronised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from retorch.tensor.allocator import CUDACachingAllocator
+
+# ---- exercise 1 -------------------------------------------------------------------------------
+UPDATE_HINT = (
+    "found_inf nonzero: scale * backoff_factor, tracker 0. Otherwise tracker + 1; when that "
+    "reaches growth_interval, scale * growth_factor (kept only if finite) and tracker 0. The "
+    "scale is a float32 tensor: round each product to float32 (np.float32)"
+)
+
+# (init scale, growth factor, backoff factor, growth interval, found_inf at each step)
+UPDATE_CASES = [
+    (65536.0, 2.0, 0.5, 3, [0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0]),
+    (1.0, 1.7, 0.3, 2, [0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]),
+    (2.0**126, 2.0, 0.5, 1, [0, 0, 0, 1, 0, 0]),  # the second growth would overflow
+    (3.0, 1e5, 0.1, 1, [0, 0, 0, 0, 1, 0, 0, 0]),  # 3e15 * 1e5 ... past float32's max
+    (8.0, 2.0, 0.25, 4, [0, 0, 0, 2, 0, 0, 0, 0, 0, 2, 2]),  # found_inf summed: 2.0
+]
+
+
+def check_update_scale(cmp, update_scale):
+    for init, growth, backoff, interval, found in UPDATE_CASES:
+        scale = torch.tensor(init, dtype=torch.float32)
+        tracker = torch.tensor(0, dtype=torch.int32)
+        got = (float(scale), 0)
+        for step, f in enumerate(found):
+            torch._amp_update_scale_(scale, tracker, torch.tensor(float(f)), growth, backoff,
+                                     interval)  # fmt: skip
+            args = (got[0], got[1], float(f), growth, backoff, interval)
+            what = f"update_scale{args} (step {step} of {found}, growth_interval {interval})"
+            got = cmp.call(lambda: update_scale(*args), what + " ran", UPDATE_HINT)
+            cmp.equal(type(got).__name__, "tuple", what + ": the type returned",
+                      "return (new scale, new growth tracker)")  # fmt: skip
+            cmp.equal((float(got[0]), int(got[1])), (scale.item(), tracker.item()),
+                      what + ": (scale, growth tracker), torch's in the expected row",
+                      UPDATE_HINT)  # fmt: skip
+
+
+# ---- exercise 2 -------------------------------------------------------------------------------
+BF16_HINT = (
+    "torch's copy converts float64 to float32 first (a C++ cast, rounding to nearest), then "
+    "float32 to bfloat16: add 0x7FFF plus the lowest kept bit and keep the top 16 bits (round "
+    "to nearest even, which also carries an overflow into inf); a NaN stays a NaN"
+)
+
+
+def bf16_inputs() -> list[float]:
+    """Float64 values where the usual mistakes show, then random ones."""
+    one = 1.0
+    xs = [0.0, -0.0, 1.0, -2.5, one + 2**-8, one + 3 * 2**-8, one + 2**-8 + 2**-30,
+          -(one + 2**-8 + 2**-28), one + 2**-8 + 2**-20, one + 2**-9, 3.3895313892515355e38,
+          3.39e38, 3.4e38, 3.5e38, 1e300, -1e300, float("inf"), float("-inf"), float("nan"),
+          -float("nan"), 2.0**-149, 2.0**-150, 1.5 * 2.0**-149, 1e-300, 2.0**-126 * (1 + 2**-8),
+          0.1, 1 / 3, 65504.0, 1e-8]  # fmt: skip
+    # a NaN whose payload fills the mantissa: a carry would reach the sign bit
+    xs.append(float(np.array(0x7FFFFFFFFFFFFFFF, dtype=np.uint64).view(np.float64)))
+    rng = np.random.default_rng(8)
+    np_errors = np.errstate(invalid="ignore", over="ignore")  # random bits include NaNs
+    np_errors.__enter__()
+    bits32 = rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32)
+    f32 = bits32.view(np.float32).astype(np.float64)
+    # float32 values, then nudged below float32's precision (double-rounding cases)
+    nudge = f32 * (1 + rng.choice([-1, 1], f32.size) * 2.0**-40)
+    ties = ((bits32 & np.uint32(0xFFFF0000)) | np.uint32(0x8000)).view(np.float32)
+    xs += f32.tolist() + nudge.tolist() + ties.astype(np.float64).tolist()
+    np_errors.__exit__(None, None, None)
+    return xs
+
+
+def check_float64_to_bfloat16_bits(cmp, float64_to_bfloat16_bits):
+    xs = bf16_inputs()
+    want = torch.tensor(xs, dtype=torch.float64).to(torch.bfloat16).view(torch.int16)
+    want = [w & 0xFFFF for w in want.tolist()]
+    for x, w in zip(xs, want):
+        what = f"float64_to_bfloat16_bits({x!r})"
+        got = cmp.call(lambda: float64_to_bfloat16_bits(x), what + " ran", BF16_HINT)
+        cmp.equal(type(got).__name__ in ("int", "uint16", "uint32", "int64"), True,
+                  what + " returns an int", "return the 16 bits as an int")  # fmt: skip
+        got = int(got)
+        if (w & 0x7F80) == 0x7F80 and (w & 0x7F):  # torch gives a NaN: any NaN bits will do
+            cmp.equal((got & 0x7F80) == 0x7F80 and bool(got & 0x7F) and 0 <= got <= 0xFFFF, True,
+                      f"{what} is a bfloat16 NaN (got {got:#06x})", BF16_HINT)  # fmt: skip
+        else:
+            cmp.equal(f"{got:#06x}", f"{w:#06x}", what, BF16_HINT)
+
+
+# ---- exercise 3 -------------------------------------------------------------------------------
+REUSE_HINT = (
+    "a freed block goes back to the pool of the stream it was allocated on, so only that "
+    "stream can get it; if other streams used it (record_stream), the free records an event on "
+    "each of them and the block waits until every one of those streams has finished; a "
+    "record_stream on the block's own stream is ignored"
+)
+
+# (block's stream, streams passed to record_stream, steps after the free)
+REUSE_SCENARIOS = [
+    (0, [], [("malloc", 1), ("malloc", 0)]),
+    (
+        0,
+        [1],
+        [
+            ("malloc", 0),
+            ("sync", 0),
+            ("malloc", 0),
+            ("malloc", 1),
+            ("sync", 1),
+            ("malloc", 1),
+            ("malloc", 0),
+        ],
+    ),
+    (
+        2,
+        [0, 1],
+        [
+            ("sync", 0),
+            ("malloc", 2),
+            ("sync", 2),
+            ("malloc", 2),
+            ("sync", 1),
+            ("malloc", 0),
+            ("malloc", 2),
+        ],
+    ),
+    (1, [1, 3], [("malloc", 1), ("sync", 3), ("malloc", 1)]),
+    (0, [0], [("malloc", 0)]),
+    (3, [2], [("sync", 3), ("malloc", 3), ("sync", 2), ("malloc", 3)]),
+]
+
+
+def check_can_reuse(cmp, can_reuse):
+    for size in (512, 4 << 20):  # a small-pool block and a large-pool one
+        for block_stream, used_on, steps in REUSE_SCENARIOS:
+            alloc = CUDACachingAllocator(1 << 30)
+            block = alloc.malloc(size, block_stream)
+            for s in used_on:
+                alloc.record_stream(block, s)
+            ptr = block.ptr  # the Block object itself may be merged away once cached
+            alloc.free(block)
+            done: set = set()
+            story = (
+                f"a {size}-byte block of stream {block_stream}, record_stream on {used_on}, freed"
+            )
+            for kind, s in steps:
+                if kind == "sync":
+                    alloc.stream_synchronize(s)
+                    done.add(s)
+                    story += f", stream {s} done"
+                    continue
+                new = alloc.malloc(size, s)
+                reused = new.ptr == ptr
+                args = (block_stream, frozenset(used_on), s, frozenset(done))
+                what = f"can_reuse{args} ({story}, then malloc on stream {s})"
+                got = cmp.call(lambda: can_reuse(*args), what + " ran", REUSE_HINT)
+                cmp.equal(got, reused, what + ": the model " + ("reuses" if reused else
+                          "does not reuse") + " the block", REUSE_HINT)  # fmt: skip
+                alloc.free(new)
+                story += f", a malloc on stream {s}"

@@ -1,0 +1,152 @@
+"""Wrong answers a student could plausibly write for lab 8; each must fail its graded check.
+
+Used by ``tools/check_wrong_answers.py 08_runtime_lab``. Each entry replaces the BEGIN/END
+SOLUTION region of the exercise's solution cell.
+"""
+
+_UPDATE = """\
+if found_inf:
+    return float(np.float32(scale * backoff_factor)), 0
+successful = growth_tracker + 1
+if successful == growth_interval:
+    with np.errstate(over="ignore"):  # an overflow to inf is refused just below
+        new_scale = np.float32(scale * growth_factor)
+    return (float(new_scale) if np.isfinite(new_scale) else scale), 0
+return scale, successful
+"""
+
+_BF16 = """\
+with np.errstate(over="ignore"):  # beyond float32's range: inf, as C++'s cast gives
+    bits = int(np.array(x, dtype=np.float32).view(np.uint32))
+if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN: c10's quiet NaN
+    return 0x7FC0
+return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+"""
+
+_REUSE = """\
+waiting_for = set(used_on) - {block_stream}  # one event per other stream that used it
+return request_stream == block_stream and waiting_for <= set(completed)
+"""
+
+
+def _sub(source, old, new):
+    assert old in source, old
+    return source.replace(old, new)
+
+
+WRONG = {
+    "ex1_update_scale": [
+        (
+            "growth on the step that found inf (the interval is counted before the inf check)",
+            """\
+successful = growth_tracker + 1
+if successful == growth_interval:
+    with np.errstate(over="ignore"):
+        new_scale = np.float32(scale * growth_factor)
+    return (float(new_scale) if np.isfinite(new_scale) else scale), 0
+if found_inf:
+    return float(np.float32(scale * backoff_factor)), 0
+return scale, successful
+""",
+        ),
+        (
+            "tracker not reset when an inf is found",
+            _sub(
+                _UPDATE, "scale * backoff_factor)), 0", "scale * backoff_factor)), growth_tracker"
+            ),
+        ),
+        (
+            "tracker not reset after a growth (keeps counting)",
+            _sub(_UPDATE, "else scale), 0", "else scale), successful"),
+        ),
+        (
+            "growth one step late (> instead of ==, tracker allowed to reach the interval)",
+            _sub(_UPDATE, "if successful == growth_interval:", "if successful > growth_interval:"),
+        ),
+        (
+            "products kept in float64, not rounded to the float32 scale",
+            _sub(
+                _sub(
+                    _UPDATE, "float(np.float32(scale * backoff_factor))", "scale * backoff_factor"
+                ),
+                "new_scale = np.float32(scale * growth_factor)",
+                "new_scale = np.float64(scale * growth_factor)",
+            ),
+        ),
+        (
+            "a growth that overflows to inf is kept",
+            _sub(
+                _UPDATE,
+                "(float(new_scale) if np.isfinite(new_scale) else scale)",
+                "float(new_scale)",
+            ),
+        ),
+    ],
+    "ex2_float64_to_bfloat16": [
+        (
+            "round half up (always add 0x8000)",
+            _sub(_BF16, "bits + 0x7FFF + ((bits >> 16) & 1)", "bits + 0x8000"),
+        ),
+        (
+            "truncation (keep the top 16 bits)",
+            _sub(_BF16, "bits + 0x7FFF + ((bits >> 16) & 1)", "bits"),
+        ),
+        (
+            "NaN turned into inf",
+            _sub(_BF16, "return 0x7FC0", "return 0x7F80 | ((bits >> 16) & 0x8000)"),
+        ),
+        (
+            "no NaN case: a full payload carries into the sign",
+            _sub(
+                _BF16,
+                "if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN: c10's quiet NaN\n    return 0x7FC0\n",
+                "",
+            ),
+        ),
+        (
+            "one rounding from the float64 bits (torch rounds to float32 first)",
+            """\
+if x != x:
+    return 0x7FC0
+b = int(np.array(x, dtype=np.float64).view(np.uint64))
+r = ((b + 0x7FFFFFFFFFFF + ((b >> 48) & 1)) >> 48) & 0xFFFF  # a float64 with 7 mantissa bits
+with np.errstate(over="ignore"):
+    f = np.array(r << 48, dtype=np.uint64).view(np.float64).astype(np.float32)
+return int(f.view(np.uint32)) >> 16
+""",
+        ),
+        (
+            "overflow clamped to the largest finite bfloat16",
+            _sub(
+                _BF16,
+                "return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF",
+                "out = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF\n"
+                "return out - 1 if (out & 0x7FFF) == 0x7F80 and (bits & 0x7FFFFFFF) != 0x7F800000 "
+                "else out",
+            ),
+        ),
+    ],
+    "ex3_can_reuse": [
+        ("reuse right after the free (events ignored)", "return request_stream == block_stream\n"),
+        (
+            "reuse after the block's own stream's event only",
+            "return request_stream == block_stream and block_stream in completed\n",
+        ),
+        (
+            "any one of the streams that used it is enough",
+            _sub(
+                _REUSE,
+                "waiting_for <= set(completed)",
+                "(not waiting_for or bool(waiting_for & set(completed)))",
+            ),
+        ),
+        (
+            "any stream may take the block once the events completed (per-stream pools ignored)",
+            _sub(_REUSE, "request_stream == block_stream and ", ""),
+        ),
+        (
+            "a record_stream on the block's own stream waited for too",
+            _sub(_REUSE, "set(used_on) - {block_stream}", "set(used_on)"),
+        ),
+    ],
+}
