@@ -89,6 +89,8 @@ class TensorIteratorConfig:
         return self
 
     def build(self) -> TensorIterator:
+        """``TensorIteratorBase::build``: ``fast_op``'s answer when it has one (one output,
+        not traced), else every step, in ``TensorIterator.__init__``."""
         if len(self.outputs) == 1 and self.inputs and not self.is_reduction and not self.trace:
             it = TensorIterator.fast_op(
                 self.outputs[0], self.inputs, self.static_dtype,
