@@ -8,9 +8,8 @@ the scale by ``backoff_factor``; after ``growth_interval`` steps in a row withou
 ``update`` multiplies it by ``growth_factor``.
 
 The two ATen kernels the scaler calls are rebuilt here as functions of the same names (NumPy
-over the tensors' memory; torch's CPU versions are in
-aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp, the CUDA ones in
-aten/src/ATen/native/cuda/AmpKernels.cu):
+over the tensors' memory, as torch's CPU versions in
+aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp compute them, element by element):
 
 * ``_amp_foreach_non_finite_check_and_unscale_``: set ``found_inf`` to 1.0 if any gradient
   holds an inf or NaN, and multiply every gradient by ``inv_scale`` in place;
