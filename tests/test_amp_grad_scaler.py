@@ -289,3 +289,25 @@ def test_retorch_tensor_training_equals_torch():
         )
         assert np.array_equal(p.numpy(), tp.detach().numpy())
         assert np.array_equal(p.grad.numpy(), tp.grad.numpy(), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_unscale_kernel_equals_torch_per_dtype(dtype):
+    """_amp_foreach_non_finite_check_and_unscale_ against torch's, 16-bit gradients included
+    (computed in float32, rounded once), with an inv_scale that is not a power of two."""
+    from retorch.amp.grad_scaler import _amp_foreach_non_finite_check_and_unscale_
+
+    gen = torch.Generator().manual_seed(3)
+    for special in [None, float("inf"), float("nan")]:
+        grads = [torch.randn(37, generator=gen).mul(1000).to(dtype) for _ in range(3)]
+        if special is not None:
+            grads[1][5] = special
+        theirs = [g.clone() for g in grads]
+        for inv in [1.0, 1 / 3, 2.0**-16]:
+            found, tfound = torch.zeros(()), torch.zeros(())
+            inv_scale = torch.tensor(inv, dtype=torch.float32)
+            _amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale)
+            torch._amp_foreach_non_finite_check_and_unscale_(theirs, tfound, inv_scale)
+            assert found.item() == tfound.item() == (special is not None)
+            for a, b in zip(grads, theirs):
+                assert torch.equal(a.float().nan_to_num(7.0), b.float().nan_to_num(7.0))

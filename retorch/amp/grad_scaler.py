@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from retorch.tensor import half
+
 
 class OptState(Enum):
     """Where an optimizer is in an iteration: READY, then UNSCALED (``unscale_`` ran), then
@@ -64,6 +66,14 @@ def _amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale) -> N
     inv = np.float32(_array(inv_scale))
     flag = _array(found_inf)
     for g in grads:
+        if isinstance(g, torch.Tensor) and g.dtype == torch.bfloat16:  # NumPy has no bfloat16
+            bits = g.view(torch.int16).numpy().view(np.uint16)
+            values = half.bf16_to_fp32(bits)  # opmath: float32, rounded once on store
+            if not np.isfinite(values).all():
+                flag[...] = np.float32(1.0)
+            if inv != np.float32(1.0):
+                bits[...] = half.round_to_nearest_even(values * inv)
+            continue
         a = _array(g)
         if not np.isfinite(a).all():
             flag[...] = np.float32(1.0)
