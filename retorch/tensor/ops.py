@@ -376,6 +376,11 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
 
 # ---- in place --------------------------------------------------------------------------------------
 def _check_inplace(x, other):
+    """torch's order of errors for ``x.op_(other)``: memory overlap, then the broadcast shape.
+    With ``other`` of ``x``'s shape (or a Python number) the shape cannot fail, and the
+    iterator's own ``compute_mem_overlaps`` raises the same overlap errors: nothing to do."""
+    if not isinstance(other, Tensor) or other._impl.sizes == x._impl.sizes:
+        return
     if _is_meta(x, other):
         return _meta.check_inplace_broadcast(x.shape, _as_tensor(other).shape)
     _check_overlap(x, other)
