@@ -175,3 +175,46 @@ def check_can_reuse(cmp, can_reuse):
                           "does not reuse") + " the block", REUSE_HINT)  # fmt: skip
                 alloc.free(new)
                 story += f", a malloc on stream {s}"
+
+
+# ---- exercise 4 -------------------------------------------------------------------------------
+UNSCALE_HINT = (
+    "found_inf is 1.0 if any element of any gradient is inf or NaN; every gradient is then "
+    "multiplied by inv_scale in place, infs and NaNs included, whatever was found. A float16 "
+    "element is computed in float32 (its opmath type): widen, multiply by the float32 "
+    "inv_scale, round back to float16 once"
+)
+
+
+def check_unscale_and_check(cmp, unscale_and_check):
+    gen = torch.Generator().manual_seed(4)
+    for case, special, where in [("finite", None, 0), ("an inf in the first gradient",
+                                 float("inf"), 0), ("a NaN in the second gradient",
+                                 float("nan"), 1), ("a -inf in the last gradient",
+                                 float("-inf"), 2)]:  # fmt: skip
+        for inv in (1 / 3, 2.0**-10, 0.7):
+            grads = [torch.randn(n, generator=gen).mul(300).half() for n in (50, 7, 1000)]
+            if special is not None:
+                grads[where][3] = special
+            inv_scale = torch.tensor(inv, dtype=torch.float32)
+            found = torch.zeros(())
+            arrays = [g.numpy().copy() for g in grads]
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale)
+            what = f"float16 gradients with {case}, inv_scale {inv_scale.item()!r}"
+            got = cmp.call(lambda: unscale_and_check(arrays, inv_scale.item()), what + " ran",
+                           UNSCALE_HINT)  # fmt: skip
+            cmp.equal(got, found.item(), what + ": found_inf returned", UNSCALE_HINT)
+            for k, (a, g) in enumerate(zip(arrays, grads)):
+                cmp.equal(str(a.dtype), "float16", f"{what}: gradient {k} stays float16",
+                          "write the results into the arrays, in place")  # fmt: skip
+                want = g.numpy().view(np.uint16)
+                differ = np.flatnonzero(
+                    (a.view(np.uint16) != want) & ~(np.isnan(a) & np.isnan(g.numpy()))
+                )
+                first = int(differ[0]) if differ.size else None
+                cmp.equal(
+                    None if first is None else (first, float(a[first])),
+                    None if first is None else (first, float(g.numpy()[first])),
+                    f"{what}: gradient {k} after unscaling, (first index that differs, value)",
+                    UNSCALE_HINT,
+                )

@@ -29,6 +29,18 @@ return request_stream == block_stream and waiting_for <= set(completed)
 """
 
 
+_UNSCALE = """\
+found_inf = 0.0
+inv = np.float32(inv_scale)
+for g in grads:
+    wide = g.astype(np.float32)  # opmath
+    if not np.isfinite(wide).all():
+        found_inf = 1.0
+    g[...] = (wide * inv).astype(np.float16)  # one rounding, infs and NaNs included
+return found_inf
+"""
+
+
 def _sub(source, old, new):
     assert old in source, old
     return source.replace(old, new)
@@ -147,6 +159,40 @@ return int(f.view(np.uint32)) >> 16
         (
             "a record_stream on the block's own stream waited for too",
             _sub(_REUSE, "set(used_on) - {block_stream}", "set(used_on)"),
+        ),
+    ],
+    "ex4_unscale_fp16": [
+        (
+            "computed in float16 (inv_scale rounded to float16 too)",
+            _sub(
+                _UNSCALE, "g[...] = (wide * inv).astype(np.float16)", "g[...] = g * np.float16(inv)"
+            ),
+        ),
+        (
+            "computed in float64 (two roundings: to float16 from a float64 product)",
+            _sub(
+                _UNSCALE,
+                "g[...] = (wide * inv).astype(np.float16)",
+                "g[...] = (g.astype(np.float64) * inv_scale).astype(np.float16)",
+            ),
+        ),
+        (
+            "gradients left scaled once an inf is found",
+            """\
+found_inf = float(any(not np.isfinite(g.astype(np.float32)).all() for g in grads))
+if not found_inf:
+    for g in grads:
+        g[...] = (g.astype(np.float32) * np.float32(inv_scale)).astype(np.float16)
+return found_inf
+""",
+        ),
+        (
+            "found_inf reset for each gradient (only the last one counts)",
+            _sub(
+                _UNSCALE,
+                "    if not np.isfinite(wide).all():\n        found_inf = 1.0",
+                "    found_inf = float(not np.isfinite(wide).all())",
+            ),
         ),
     ],
 }
