@@ -104,7 +104,7 @@ nbval-portable: setup
 
 # Colab's way (issue 32): retorch from a built wheel, each notebook alone in an empty folder, so a
 # path that exists only in the checkout, or a file left out of the package, fails here.
-# `make check-wheel-all` (in `make test`) runs every one: 6.5 min on 2 loaded cores, each notebook
+# `make check-wheel-all` (in `make test`) runs every one: 6.5-7.7 min on 2 loaded cores, each notebook
 # once; `make check-wheel` a quick subset (WHEEL_NOTEBOOKS).
 WHEEL_NOTEBOOKS ?= notebooks/benchmarks.ipynb notebooks/00_overview.ipynb solutions/00_overview_lab.ipynb
 check-wheel: setup
