@@ -311,3 +311,12 @@ def test_unscale_kernel_equals_torch_per_dtype(dtype):
             assert found.item() == tfound.item() == (special is not None)
             for a, b in zip(grads, theirs):
                 assert torch.equal(a.float().nan_to_num(7.0), b.float().nan_to_num(7.0))
+
+
+def test_gradients_off_the_cpu_are_refused_with_a_sentence():
+    p = torch.ones(2, device="meta", requires_grad=True)
+    p.grad = torch.ones(2, device="meta")
+    s = GradScaler("cpu")
+    s.scale(torch.ones(()))
+    with pytest.raises(RuntimeError, match="run on the CPU, not on meta"):
+        s.unscale_(retorch.optim.SGD([p], lr=0.1))

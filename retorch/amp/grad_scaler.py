@@ -49,6 +49,11 @@ def _refresh_per_optimizer_state() -> dict[str, Any]:
 
 def _array(t) -> np.ndarray:
     """The memory of a torch tensor or a ``retorch.Tensor`` as a NumPy array (no copy)."""
+    if str(t.device) != "cpu":
+        raise RuntimeError(
+            f"retorch's GradScaler kernels run on the CPU, not on {t.device}: use "
+            "torch.amp.GradScaler for tensors on other devices"
+        )
     if isinstance(t, torch.Tensor):
         return t.detach().numpy()
     return t.numpy()
