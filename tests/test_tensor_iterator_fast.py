@@ -126,6 +126,8 @@ def _f(*shape, dtype=np.float32):
         ("dtypes differ", None, lambda: (_f(3), _f(3, dtype=np.float64)), False),
         ("int tensor, wrapped float", None, lambda: (_f(3, dtype=np.int64), rt.scalar_tensor(2.5, wrapped=True)), False),
         ("0-dim first", None, lambda: (_f(), _f(3)), False),
+        ("0-dim and a wrapped float", None, lambda: (_f(), rt.scalar_tensor(2.5, wrapped=True)), True),
+        ("wrapped first", None, lambda: (rt.scalar_tensor(2.5, wrapped=True), _f()), False),
         ("no elements and a scalar", None, lambda: (_f(0, 2), _f()), False),
     ],
 )  # fmt: skip

@@ -147,7 +147,7 @@ class TensorIterator:
         for k, t in enumerate(inputs):
             i = t._impl
             if i.sizes != sizes or i.is_wrapped_number:
-                if k == 0 or i.sizes or not sizes or not _joins_as_scalar(i, dtype, device):
+                if k == 0 or i.sizes or not _joins_as_scalar(i, dtype, device):
                     return None
                 scalars = (scalars or ()) + (k,)
             elif i.dtype is not dtype or not i.is_contiguous_ or i.storage.device != device:
