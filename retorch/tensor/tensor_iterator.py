@@ -285,15 +285,11 @@ class TensorIterator:
 
     # -- step 2 ---------------------------------------------------------------------------
     def compute_types(self, config):
-        device, mixed = "cpu", False
+        device = "cpu"
         for op in self.operands:
-            if op.tensor is not None:
-                d = op.tensor._impl.storage.device
-                if d != "cpu":
-                    mixed, device = mixed or device != "cpu", d
-                elif device != "cpu":
-                    mixed = True
-        for op in self.operands if mixed or device != "cpu" else ():
+            if op.tensor is not None and op.tensor._impl.storage.device != "cpu":
+                device = op.tensor._impl.storage.device
+        for op in self.operands if device != "cpu" else ():  # (all on the CPU: nothing to check)
             t = op.tensor
             if t is None or t.device == device:
                 continue
@@ -309,11 +305,18 @@ class TensorIterator:
             )
         self.device = device
 
-        state = ResultTypeState()
-        for op in self.operands:
-            if not op.is_output:
-                state.update(op.tensor)
-        common = state.result()
+        inputs = [op.tensor._impl for op in self.operands if not op.is_output]
+        first = inputs[0].dtype if inputs else None
+        if all(i.dtype is first and not i.is_wrapped_number for i in inputs[1:]) and not (
+            inputs and inputs[0].is_wrapped_number
+        ):
+            common = first  # one dtype and no Python numbers: what ResultTypeState returns
+        else:
+            state = ResultTypeState()
+            for op in self.operands:
+                if not op.is_output:
+                    state.update(op.tensor)
+            common = state.result()
         if config.promote_integer_inputs_to_float_ and not common.is_floating_point:
             common = default_dtype
         self.common_dtype = common
