@@ -10,9 +10,10 @@ if importlib.util.find_spec("retorch") is None:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", course]
     if subprocess.run(pip).returncode:
         raise RuntimeError(
-            f"Could not install the course from {course}. If that address is wrong or private, "
-            "install retorch from your copy (`pip install --no-deps <path or URL>`) and run this "
-            "cell again; whoever publishes the course sets it with `make publish-url URL=...`."
+            f"Could not install the course from {course}. If that address is wrong or "
+            "private, install retorch from your copy (`pip install --no-deps <path or URL>`)"
+            " and run this cell again; whoever publishes the course sets it with "
+            "`make publish-url URL=...`."
         )
 
 import retorch.install  # noqa: E402  (imports neither torch nor numba)
