@@ -84,6 +84,7 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 @settings(max_examples=25, deadline=None)
 @given(

@@ -18,6 +18,7 @@ def wheel(tmp_path_factory):
     return zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel")))  # from a copy
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_every_stored_result_as_it_is(wheel):
     stored = sorted((ROOT / "bench" / "results").rglob("*.json"))
     assert stored

@@ -87,6 +87,7 @@ def operands(draw):
     return a, b, ta, tb
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(operands(), st.sampled_from(["new", "in-place", "out", "static-bool", "to-float"]))
 def test_fast_op_equals_the_full_build(ab, how):
