@@ -194,3 +194,29 @@ def test_linear_under_autocast_runs_torchs_ops_in_torchs_dtypes():
     ours = autocast_log("retorch")
     assert ours == autocast_log("torch")
     assert ours[-1] == "aten.mm.default(bfloat16, bfloat16) -> bfloat16"
+
+
+def test_autocast_kernels_registered_per_key_as_torch():
+    """Every aten op retorch defines: has it an AutocastCPU kernel, an AutocastCUDA one, as
+    torch's dispatcher (exp, sum, softmax: CUDA only; cross_entropy_loss: CPU only)."""
+    from retorch.dispatch.dispatcher import get_dispatcher
+    from retorch.testing.autocast_cases import registered_per_key
+
+    names = [n for n, e in get_dispatcher().operators.items() if e.schema is not None]
+    rows = registered_per_key(sorted(names))
+    assert [r for r in rows if r[1] != r[2]] == []
+    table = {r[0]: r[1] for r in rows}
+    assert table["aten::exp"] == table["aten::sum"] == "AutocastCUDA"
+    assert table["aten::cross_entropy_loss"] == "AutocastCPU"
+    assert table["aten::mm"] == "AutocastCPU, AutocastCUDA"
+
+
+def test_cuda_autocast_output_dtypes_as_torch_on_fake_cuda_tensors():
+    """torch's CUDA autocast run on fake CUDA tensors against retorch's AutocastCUDA kernels:
+    the output dtype for float32, float16, bfloat16 and float64 inputs, op by op."""
+    from retorch.testing.autocast_cases import cuda_dtypes_retorch, cuda_dtypes_torch
+
+    ours, theirs = cuda_dtypes_retorch(), cuda_dtypes_torch()
+    assert ours == theirs
+    assert theirs["softmax.int"] == ["float32", "float32", "float32", "float64"]
+    assert theirs["mm"] == ["float16", "float16", "float16", "float64"]

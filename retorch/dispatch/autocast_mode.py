@@ -13,8 +13,10 @@ As torch's, autocast lowers float32 to bfloat16 on the CPU and to float16 on CUD
 defaults of ``torch.get_autocast_dtype``), with retorch.tensor's own half types. Which
 tensors are cast is ``cached_cast``'s rule: a floating tensor of another dtype than the
 target, never a float64 (``is_eligible``). Which ops cast, and in which direction, are torch's
-lists restricted to retorch's aten operators; tests compare output dtypes op by op with
-``torch.autocast``.
+lists restricted to retorch's aten operators, each key its own (``POLICIES``: the CUDA key
+also keeps ``exp``, ``log``, ``pow``, ``softmax`` and ``sum`` in float32; the CPU key does
+not); tests compare the kernels registered per key with torch's dispatcher, op by op, and
+output dtypes with ``torch.autocast`` (CUDA's on fake CUDA tensors).
 
 Chapters written before retorch.tensor had half types ran autocast "one precision up"
 (float64 lowered to float32, float32 raised to float64); ``autocast("cpu", dtype=float32)``
@@ -36,11 +38,29 @@ from .dispatcher import get_dispatcher
 from .library import Library
 from .local_dispatch_key_set import ExcludeDispatchKeyGuard, _tls
 
-#: ``KERNEL_CPU(op, lower_precision_fp)``: cast down (torch: conv, bmm, mm, addmm, linear,
-#: matmul...; these are the ones retorch defines).
-LOWER_PRECISION_FP = ("mm", "matmul", "linear")
-#: ``KERNEL_CPU(op, fp32)``: cast up to full precision (torch: nll_loss, mse_loss, ...).
-FP32 = ("nll_loss",)
+#: Each key's own lists, as ``TORCH_LIBRARY_IMPL(aten, AutocastCPU, m)`` and
+#: ``TORCH_LIBRARY_IMPL(aten, Autocast, m)`` (the CUDA key) in ``autocast_mode.cpp`` register
+#: them, restricted to the aten operators retorch defines (name or ``name.overload``).
+#: ``lower_precision_fp``: cast down; ``fp32``: cast up; ``fp32_set_opt_dtype``: pass
+#: ``dtype=float32`` to an op that takes an optional dtype (softmax, sum), casting nothing.
+#: The CPU lists keep elementwise math and reductions out: ``exp``, ``sum`` and ``softmax``
+#: run in the input's dtype under CPU autocast and in float32 under CUDA autocast
+#: (``AT_FORALL_FP32`` and ``AT_FORALL_FP32_SET_OPT_DTYPE`` in ``autocast_mode.h``).
+POLICIES = {
+    "cpu": {
+        "lower_precision_fp": ("mm", "matmul", "linear"),
+        "fp32": ("nll_loss", "cross_entropy_loss"),
+        "fp32_set_opt_dtype": (),
+    },
+    "cuda": {
+        "lower_precision_fp": ("mm", "matmul", "linear"),
+        "fp32": ("exp", "log", "pow.Tensor_Scalar", "nll_loss"),
+        "fp32_set_opt_dtype": ("softmax.int", "log_softmax.int", "sum", "sum.dim_IntList"),
+    },
+}
+#: The CPU key's lists under their old names (chapter 5 prints them).
+LOWER_PRECISION_FP = POLICIES["cpu"]["lower_precision_fp"]
+FP32 = POLICIES["cpu"]["fp32"]
 #: ``get_autocast_dtype``'s defaults: bfloat16 on the CPU, float16 on CUDA.
 DEFAULT_DTYPE = {"cpu": rt.bfloat16, "cuda": rt.float16}
 #: The old "one precision up" mode (lower precision float32, full precision float64).
@@ -138,33 +158,52 @@ def _cast(value, dtype, legacy):
     return value
 
 
-def _autocast_kernel(name: str, policy: str):
+def _autocast_kernel(name: str, policy: str, device_type: str):
+    """``WrapFunction_<policy, device_type, ...>::call`` (``autocast_mode.h``): the device
+    type is the key's, fixed at registration, as torch's template argument is."""
+    key = _KEYS[device_type]
+
     def kernel(ks, *args, **kwargs):
-        device = next(a.data.device for a in args if isinstance(a, AutogradTensor))
-        device_type = device.split(":")[0]
-        key, lower = _KEYS[device_type], get_autocast_dtype(device_type)
+        lower = get_autocast_dtype(device_type)
         legacy = lower is LEGACY_LOWER
-        if policy == "lower_precision_fp":
-            dtype = lower
+        if policy == "fp32_set_opt_dtype":
+            # set_opt_dtype: an unset optional dtype becomes float32 when the first argument
+            # is eligible; nothing is cast (an explicit dtype is left alone)
+            first = args[0].data.dtype
+            eligible = (first in (LEGACY_FULL, LEGACY_LOWER) if legacy
+                        else first.is_floating_point and first is not rt.float64)  # fmt: skip
+            if eligible and kwargs.get("dtype") is None:
+                kwargs = {**kwargs, "dtype": LEGACY_FULL if legacy else rt.float32}
         else:
-            dtype = LEGACY_FULL if legacy else rt.float32
-        args = tuple(_cast(a, dtype, legacy) for a in args)
-        kwargs = {k: _cast(v, dtype, legacy) for k, v in kwargs.items()}
+            if policy == "lower_precision_fp":
+                dtype = lower
+            else:
+                dtype = LEGACY_FULL if legacy else rt.float32
+            args = tuple(_cast(a, dtype, legacy) for a in args)
+            kwargs = {k: _cast(v, dtype, legacy) for k, v in kwargs.items()}
         with ExcludeDispatchKeyGuard(DispatchKeySet(key)):
             return get_dispatcher().find_schema_or_throw(f"aten::{name}")(*args, **kwargs)
 
+    kernel.policy = policy
     return kernel
 
 
 def register() -> list:
     libs = []
-    for key in ("AutocastCPU", "AutocastCUDA"):
-        lib = Library("aten", "IMPL", key)
-        for name in LOWER_PRECISION_FP:
-            lib.impl(name, _autocast_kernel(name, "lower_precision_fp"), with_keyset=True)
-        for name in FP32:
-            lib.impl(name, _autocast_kernel(name, "fp32"), with_keyset=True)
+    for device_type, lists in POLICIES.items():
+        lib = Library("aten", "IMPL", _KEYS[device_type].name)
+        for policy, names in lists.items():
+            for name in names:
+                lib.impl(name, _autocast_kernel(name, policy, device_type), with_keyset=True)
         libs.append(lib)
     grad = Library("aten", "IMPL", "Autograd")
     grad.impl("_to_copy", _to_copy_autograd, with_keyset=True)
     return libs + [grad]
+
+
+def registered_policy(name: str, device_type: str) -> str | None:
+    """The policy of ``name``'s kernel for ``device_type``'s autocast key, or None."""
+    for policy, names in POLICIES[device_type].items():
+        if name in names or name.split("::")[-1] in names:
+            return policy
+    return None

@@ -237,13 +237,20 @@ def _to(self, dtype=None, layout=None, device=None, pin_memory=None, non_blockin
     return ops.aten._to_copy(self, dtype=dtype, device=device, non_blocking=non_blocking)
 
 
+def _as(self, dtype):
+    return self if dtype is None else ops.aten._to_copy(self, dtype=dtype)
+
+
 IMPLICIT = {
     "to.dtype_layout": _to,
     "matmul": _matmul,
     "linear": _linear,
     "reshape": _reshape,
-    "softmax.int": lambda self, dim, dtype=None: ops.aten._softmax(self, dim, False),
-    "log_softmax.int": lambda self, dim, dtype=None: ops.aten._log_softmax(self, dim, False),
+    # SoftMax.cpp's softmax(input, dim, dtype): the input converted to dtype first when given
+    "softmax.int": lambda self, dim, dtype=None: ops.aten._softmax(_as(self, dtype), dim, False),
+    "log_softmax.int": lambda self, dim, dtype=None: (
+        ops.aten._log_softmax(_as(self, dtype), dim, False)
+    ),
     "nll_loss": lambda self, target, weight=None, reduction=1, ignore_index=-100: (
         ops.aten.nll_loss_forward(self, target, weight, reduction, ignore_index)[0]
     ),
