@@ -33,6 +33,14 @@ from .function_schema import FunctionSchema
 from .local_dispatch_key_set import _tls
 from .operator_entry import AnnotatedKernel, KernelFunction, OperatorEntry, fallthrough_kernel
 
+#: RecordFunction's switch (``aten/src/ATen/record_function.h``): ``None`` while no profiler
+#: runs, so ``call`` pays one global read, as ``Dispatcher::call`` pays one
+#: ``at::getStepCallbacksUnlessEmpty``. ``retorch.profiler`` sets it to a function
+#: ``(handle, kernel, ks, args, kwargs, stack)`` that records the op around the kernel
+#: (``callWithDispatchKeySlowPath``). ``redispatch`` never records ("do not use RecordFunction
+#: on redispatch", Dispatcher.h), so an op appears once however many keys it passes.
+step_callbacks = None
+
 
 class OperatorHandle:
     """What ``findSchemaOrThrow`` returns: call it, box it, redispatch it, read its table."""
@@ -277,11 +285,16 @@ class Dispatcher:
     def call(self, handle: OperatorHandle, args: tuple, kwargs: dict):
         ks = self.compute_dispatch_key_set(handle, args, kwargs)
         kernel, ks = self._select(handle, ks)
+        if step_callbacks is not None:  # a profiler is on: Dispatcher.h's slow path
+            return step_callbacks(handle, kernel, ks, args, kwargs, None)
         return kernel.call(handle, ks, args, kwargs)
 
     def call_boxed(self, handle: OperatorHandle, stack: list) -> None:
         ks = self._key_set_of_stack(handle, stack)
         kernel, ks = self._select(handle, ks)
+        if step_callbacks is not None:
+            step_callbacks(handle, kernel, ks, None, None, stack)
+            return
         kernel.call_boxed(handle, ks, stack)
 
     def redispatch(self, handle: OperatorHandle, ks: DispatchKeySet, args: tuple, kwargs: dict):
