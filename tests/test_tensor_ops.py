@@ -488,6 +488,38 @@ def test_matmul(sa, sb, dtype):
         check(a.t().t() @ b, ta @ tb, rtol=SUM_RTOL[dtype], atol=1e-5)
 
 
+@given(
+    m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), batch=st.integers(1, 3),
+    a_perm=st.permutations([0, 1, 2]), b_perm=st.permutations([0, 1, 2]),
+    a_step=st.integers(1, 2), b_step=st.integers(1, 2), dtype=st.sampled_from(["float32", "float64"]),
+)  # fmt: skip
+def test_bmm_reads_any_strides_with_the_bits_of_contiguous_inputs(
+    m, k, n, batch, a_perm, b_perm, a_step, b_step, dtype
+):
+    """The CPU kernel reads row-major rows in place and packs anything else (a transposed,
+    permuted or sliced operand) into a row-major buffer: the products are the bits the same
+    values give when laid out contiguously, and torch's within the sum tolerance."""
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+
+    def laid_out(shape, perm, step):  # ``shape`` values at strides given by perm and a slice
+        big = [shape[0], shape[1], shape[2]]
+        big[perm[2]] *= step  # every step-th element of one dim, in a permuted buffer
+        buf = sample([big[d] for d in perm], dtype, rng)
+        t = rt.from_numpy(buf).permute(*np.argsort(perm).tolist())
+        index = [slice(None)] * 3
+        index[perm[2]] = slice(None, None, step)
+        return t[tuple(index)]
+
+    a, b = laid_out((batch, m, k), a_perm, a_step), laid_out((batch, k, n), b_perm, b_step)
+    assert a.shape == (batch, m, k) and b.shape == (batch, k, n)
+    ours = rt.bmm(a, b)
+    dense = rt.bmm(rt.from_numpy(np.ascontiguousarray(a.numpy())),
+                   rt.from_numpy(np.ascontiguousarray(b.numpy())))  # fmt: skip
+    np.testing.assert_array_equal(ours.numpy(), dense.numpy())
+    check(ours, torch.bmm(torch.from_numpy(a.numpy()), torch.from_numpy(b.numpy())),
+          rtol=SUM_RTOL[dtype], atol=1e-5)  # fmt: skip
+
+
 def test_matmul_errors_match_torch():
     f32, f64 = rt.ones(2, 3), rt.ones(3, 2, dtype=rt.float64)
     t32, t64 = torch.ones(2, 3), torch.ones(3, 2, dtype=torch.float64)

@@ -212,11 +212,29 @@ def _index_backward(node, g):
     return (g[_tensor.Tensor(node.index)],)
 
 
+def _column_major(sizes, strides) -> bool:
+    return strides[0] == 1 and strides[1] == sizes[0]
+
+
 def _mm(node, g):
-    return (
-        g.matmul(_saved(node, "mat2").transpose(0, 1)) if _needs(node, 0) else None,
-        _saved(node, "self_").transpose(0, 1).matmul(g) if _needs(node, 1) else None,
-    )
+    """``mm_mat1_backward`` / ``mm_mat2_backward`` (torch/csrc/autograd/FunctionsManual.cpp):
+    "if input was column-major, return grad as column-order for efficiency". The gradient
+    of ``w.t()`` in ``x @ w.t()`` is then row-major once transposed back, as ``w`` is, so
+    AccumulateGrad keeps it without a copy (the gradient layout contract)."""
+    grad_self = grad_mat2 = None
+    if _needs(node, 0):
+        mat2 = _saved(node, "mat2")
+        if _column_major(node.self_sym_sizes, node.self_sym_strides):
+            grad_self = mat2.matmul(g.transpose(0, 1)).transpose(0, 1)
+        else:
+            grad_self = g.matmul(mat2.transpose(0, 1))
+    if _needs(node, 1):
+        self_ = _saved(node, "self_")
+        if _column_major(node.mat2_sym_sizes, node.mat2_sym_strides):
+            grad_mat2 = g.transpose(0, 1).matmul(self_).transpose(0, 1)
+        else:
+            grad_mat2 = self_.transpose(0, 1).matmul(g)
+    return grad_self, grad_mat2
 
 
 def _mv(node, g):

@@ -609,9 +609,12 @@ class Tensor:
         )
 
     def mm(self, mat2: Tensor) -> Tensor:
+        a, b = self.data, mat2.data  # (sizes and strides: MmBackward0's layout choice)
         return Tensor._record(
-            "mm", _ops.mm(self.data, mat2.data), (self, mat2), save={"self_": self, "mat2": mat2}
-        )
+            "mm", _ops.mm(a, b), (self, mat2), save={"self_": self, "mat2": mat2},
+            self_sym_sizes=tuple(a.shape), self_sym_strides=tuple(a.stride()),
+            mat2_sym_sizes=tuple(b.shape), mat2_sym_strides=tuple(b.stride()),
+        )  # fmt: skip
 
     def bmm(self, mat2: Tensor) -> Tensor:
         return Tensor._record(

@@ -151,6 +151,12 @@ def _mean_dim_attrs(v, out):
     return {**a, "count": count}
 
 
+def _mm_attrs(v, out):  # the layouts mm_mat1_backward / mm_mat2_backward choose from
+    a, b = v["self"].data._impl, v["mat2"].data._impl
+    return {"self_sym_sizes": a.sizes, "self_sym_strides": a.strides,
+            "mat2_sym_sizes": b.sizes, "mat2_sym_strides": b.strides}  # fmt: skip
+
+
 def _softmax_attrs(v, out):
     return {"dim": maybe_wrap_dim(v["dim"], v["self"].dim())}
 
@@ -172,7 +178,8 @@ FUNCTIONAL = {
     "sum.dim_IntList": dict(op="sum_dim", attrs=_sum_dim_attrs),
     "mean": dict(op="mean", attrs=lambda v, o: {**_sizes(v, o), "numel": v["self"].numel()}),
     "mean.dim": dict(op="mean_dim", attrs=_mean_dim_attrs),
-    "mm": dict(op="mm", inputs=("self", "mat2"), save={"self_": "self", "mat2": "mat2"}),
+    "mm": dict(op="mm", inputs=("self", "mat2"), save={"self_": "self", "mat2": "mat2"},
+               attrs=_mm_attrs),
     "_softmax": dict(op="softmax", save_output="result", attrs=_softmax_attrs),
     "_log_softmax": dict(op="log_softmax", save_output="result", attrs=_softmax_attrs),
     "nll_loss_forward": dict(

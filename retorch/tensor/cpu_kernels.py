@@ -638,15 +638,47 @@ def max_strided_kernel(x, values, indices, kept, gone):
 
 @stub("bmm").register("cpu")
 def bmm_kernel(a, b, out):
-    """``a`` (batch, m, k) and ``b`` (batch, k, n) -> ``out`` (batch, m, n), all contiguous
-    on return; ``b`` is first copied transposed so each dot product reads two rows."""
-    from .tensor_shape import contiguous
-
+    """``a`` (batch, m, k) and ``b`` (batch, k, n), at any strides, -> ``out`` (batch, m, n),
+    contiguous. ``bmm_blocked`` reads rows: ``a``'s rows and ``b``'s columns (the rows of
+    ``b`` transposed). Where they already lie that way in memory (``a`` row-major; ``b`` the
+    transpose of a row-major matrix, as ``x @ w.T`` gives) they are read in place; otherwise
+    they are packed into a row-major buffer first, as a BLAS packs its panels (torch's CPU
+    ``mm`` hands the strides to BLAS, whose gemm packs them). Packing copies values, so the
+    products are the same bits either way."""
     batch, m, k = a.shape
     n = b.shape[2]
-    bt = contiguous(b.transpose(1, 2))
+    rows_a = _packed(a, 0, 1, 2)
+    rows_bt = _packed(b, 0, 2, 1)  # b's columns as rows
     loop = _pick(bmm_blocked, batch * m * n * k)
-    loop(_flat(a), _flat(bt), _flat(out), batch, m, n, k, a.dtype.np.type(0))
+    loop(rows_a, rows_bt, _flat(out), batch, m, n, k, a.dtype.np.type(0))
+
+
+def _packed(t, d0, d1, d2):
+    """The elements of 3-d ``t`` in the order of its dims ``d0, d1, d2``, as a flat row-major
+    array: a slice of its storage when they lie that way already, else a packed copy."""
+    impl = t._impl
+    sizes, strides = impl.sizes, impl.strides
+    n0, n1, n2 = sizes[d0], sizes[d1], sizes[d2]
+    s0, s1, s2 = strides[d0], strides[d1], strides[d2]
+    arr, off = impl.storage.typed(impl.dtype.np), impl.storage_offset
+    if (n2 == 1 or s2 == 1) and (n1 == 1 or s1 == n2) and (n0 == 1 or s0 == n1 * n2):
+        return arr[off : off + n0 * n1 * n2]
+    dst = np.empty(n0 * n1 * n2, dtype=arr.dtype)
+    pack_3d(arr, off, n0, n1, n2, s0, s1, s2, dst)
+    return dst
+
+
+@njit(**_jit)
+def pack_3d(x, off, n0, n1, n2, s0, s1, s2, dst):
+    """``dst`` (row-major ``n0 x n1 x n2``) = the elements of ``x`` at ``off`` and strides
+    ``s0, s1, s2``."""
+    q = 0
+    for p in range(n0):
+        for i in range(n1):
+            base = off + p * s0 + i * s1
+            for j in range(n2):
+                dst[q] = x[base + j * s2]
+                q += 1
 
 
 def _flat(t):
