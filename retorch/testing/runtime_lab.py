@@ -11,10 +11,19 @@ exercise 3) on the same inputs, and compares:
    rounds twice (to float32, then to bfloat16): ties, double-rounding cases, overflow, NaN;
 3. ``can_reuse``: the caching allocator's reuse rule across streams, against what
    ``retorch.tensor.allocator.CUDACachingAllocator`` actually hands out after
-   ``record_stream``, a free, and some streams synchronised.
+   ``record_stream``, a free, and some streams synchronised (in orders where the highest or
+   the last-recorded stream finishes first, and where an unrelated stream finishes);
+4. ``unscale_and_check``: torch's ``_amp_foreach_non_finite_check_and_unscale_`` on float16
+   gradients (every finite float16 value among them, so that a product rounded once and one
+   rounded twice part), element by element, the flag and its type, the arrays kept in place.
+
+Exercise 2's student function runs with retorch's own converters and torch's tensor
+constructors switched off (``converters_off``): it must do the rounding itself.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import torch
@@ -87,13 +96,47 @@ def bf16_inputs() -> list[float]:
     return xs
 
 
+def _refuse(*args, **kwargs):  # its code runs in half.py's globals too: literals only
+    raise RuntimeError(
+        "exercise 2 asks for the rounding itself: while the check runs your function, "
+        "retorch's converters (retorch.tensor.half) and torch's tensor constructors raise"
+    )
+
+
+@contextlib.contextmanager
+def converters_off():
+    """retorch's float32 -> bfloat16/float16 converters, however the student reached them
+    (``half.round_to_nearest_even``, an imported name, ``rt.tensor(...).to(...)``), and
+    torch's tensor constructors, raise inside the block."""
+    from retorch.tensor import half
+
+    fns = [half.round_to_nearest_even, half.fp16_ieee_from_fp32_value, half.from_float32,
+           half.to_storage]  # fmt: skip
+    codes = [f.__code__ for f in fns]
+    names = ("tensor", "as_tensor", "from_numpy", "asarray")
+    saved = {n: getattr(torch, n) for n in names}
+    try:
+        for f in fns:
+            f.__code__ = _refuse.__code__
+        for n in names:
+            setattr(torch, n, _refuse)
+        yield
+    finally:
+        for f, code in zip(fns, codes):
+            f.__code__ = code
+        for n, fn in saved.items():
+            setattr(torch, n, fn)
+
+
 def check_float64_to_bfloat16_bits(cmp, float64_to_bfloat16_bits):
     xs = bf16_inputs()
     want = torch.tensor(xs, dtype=torch.float64).to(torch.bfloat16).view(torch.int16)
     want = [w & 0xFFFF for w in want.tolist()]
-    for x, w in zip(xs, want):
+    with converters_off():
+        got_all = [cmp.call(lambda: float64_to_bfloat16_bits(x),
+                            f"float64_to_bfloat16_bits({x!r}) ran", BF16_HINT) for x in xs]  # fmt: skip
+    for x, w, got in zip(xs, want, got_all):
         what = f"float64_to_bfloat16_bits({x!r})"
-        got = cmp.call(lambda: float64_to_bfloat16_bits(x), what + " ran", BF16_HINT)
         cmp.equal(type(got).__name__ in ("int", "uint16", "uint32", "int64"), True,
                   what + " returns an int", "return the 16 bits as an int")  # fmt: skip
         got = int(got)
@@ -144,6 +187,18 @@ REUSE_SCENARIOS = [
     (1, [1, 3], [("malloc", 1), ("sync", 3), ("malloc", 1)]),
     (0, [0], [("malloc", 0)]),
     (3, [2], [("sync", 3), ("malloc", 3), ("sync", 2), ("malloc", 3)]),
+    # the highest stream finishes first, then one that never used the block
+    (
+        0,
+        [3, 1],
+        [("sync", 3), ("malloc", 0), ("sync", 2), ("malloc", 0), ("sync", 1), ("malloc", 0)],
+    ),  # fmt: skip
+    # the last stream recorded finishes first
+    (
+        1,
+        [2, 3, 0],
+        [("sync", 0), ("malloc", 1), ("sync", 2), ("malloc", 1), ("sync", 3), ("malloc", 1)],
+    ),  # fmt: skip
 ]
 
 
@@ -182,8 +237,14 @@ UNSCALE_HINT = (
     "found_inf is 1.0 if any element of any gradient is inf or NaN; every gradient is then "
     "multiplied by inv_scale in place, infs and NaNs included, whatever was found. A float16 "
     "element is computed in float32 (its opmath type): widen, multiply by the float32 "
-    "inv_scale, round back to float16 once"
+    "inv_scale (the product rounded to float32), round that back to float16: two roundings"
 )
+
+
+#: every finite float16 value: the products near a float16 tie, where a float32 product
+#: rounded once more and an exact (float64) product rounded once part, are among them
+_ALL_FP16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+_ALL_FP16 = _ALL_FP16[np.isfinite(_ALL_FP16)]
 
 
 def check_unscale_and_check(cmp, unscale_and_check):
@@ -191,19 +252,27 @@ def check_unscale_and_check(cmp, unscale_and_check):
     for case, special, where in [("finite", None, 0), ("an inf in the first gradient",
                                  float("inf"), 0), ("a NaN in the second gradient",
                                  float("nan"), 1), ("a -inf in the last gradient",
-                                 float("-inf"), 2)]:  # fmt: skip
-        for inv in (1 / 3, 2.0**-10, 0.7):
+                                 float("-inf"), 3)]:  # fmt: skip
+        for inv in (1 / 3, 2.0**-10, 0.7, 1e-3):
             grads = [torch.randn(n, generator=gen).mul(300).half() for n in (50, 7, 1000)]
+            grads.append(torch.from_numpy(_ALL_FP16.copy()))
             if special is not None:
                 grads[where][3] = special
             inv_scale = torch.tensor(inv, dtype=torch.float32)
             found = torch.zeros(())
             arrays = [g.numpy().copy() for g in grads]
+            given = list(arrays)  # the array objects handed over: updated in place?
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale)
             what = f"float16 gradients with {case}, inv_scale {inv_scale.item()!r}"
-            got = cmp.call(lambda: unscale_and_check(arrays, inv_scale.item()), what + " ran",
+            got = cmp.call(lambda: unscale_and_check(given, inv_scale.item()), what + " ran",
                            UNSCALE_HINT)  # fmt: skip
+            cmp.equal("float" if isinstance(got, float) else type(got).__name__,
+                      "float", what + ": the type of found_inf returned",
+                      "return found_inf as a float, 1.0 or 0.0")  # fmt: skip
             cmp.equal(got, found.item(), what + ": found_inf returned", UNSCALE_HINT)
+            cmp.equal([a is b for a, b in zip(given, arrays)], [True] * len(arrays),
+                      what + ": the list still holds the arrays it was given",
+                      "update each array in place (g[...] = ...), not the list")  # fmt: skip
             for k, (a, g) in enumerate(zip(arrays, grads)):
                 cmp.equal(str(a.dtype), "float16", f"{what}: gradient {k} stays float16",
                           "write the results into the arrays, in place")  # fmt: skip

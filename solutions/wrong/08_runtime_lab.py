@@ -36,7 +36,7 @@ for g in grads:
     wide = g.astype(np.float32)  # opmath
     if not np.isfinite(wide).all():
         found_inf = 1.0
-    g[...] = (wide * inv).astype(np.float16)  # one rounding, infs and NaNs included
+    g[...] = (wide * inv).astype(np.float16)  # to float32, then float16: two roundings
 return found_inf
 """
 
@@ -128,6 +128,23 @@ return int(f.view(np.uint32)) >> 16
 """,
         ),
         (
+            "calling the chapter's converter (half.round_to_nearest_even)",
+            """\
+from retorch.tensor import half
+
+with np.errstate(over="ignore"):
+    return int(half.round_to_nearest_even(np.float32(x))[0])
+""",
+        ),
+        (
+            "asking torch (torch.tensor(x).to(torch.bfloat16))",
+            """\
+import torch
+
+return int(torch.tensor(x, dtype=torch.float64).to(torch.bfloat16).view(torch.int16)) & 0xFFFF
+""",
+        ),
+        (
             "overflow clamped to the largest finite bfloat16",
             _sub(
                 _BF16,
@@ -160,6 +177,18 @@ return int(f.view(np.uint32)) >> 16
             "a record_stream on the block's own stream waited for too",
             _sub(_REUSE, "set(used_on) - {block_stream}", "set(used_on)"),
         ),
+        (
+            "wait for the highest stream only",
+            _sub(
+                _REUSE,
+                "waiting_for <= set(completed)",
+                "(not waiting_for or max(waiting_for) in completed)",
+            ),
+        ),
+        (
+            "count completed streams (as many done as there are events)",
+            _sub(_REUSE, "waiting_for <= set(completed)", "len(completed) >= len(waiting_for)"),
+        ),
     ],
     "ex4_unscale_fp16": [
         (
@@ -169,7 +198,7 @@ return int(f.view(np.uint32)) >> 16
             ),
         ),
         (
-            "computed in float64 (two roundings: to float16 from a float64 product)",
+            "computed in float64 (one rounding of the exact product; torch rounds twice)",
             _sub(
                 _UNSCALE,
                 "g[...] = (wide * inv).astype(np.float16)",
@@ -185,6 +214,26 @@ if not found_inf:
         g[...] = (g.astype(np.float32) * np.float32(inv_scale)).astype(np.float16)
 return found_inf
 """,
+        ),
+        (
+            "replacing list entries instead of updating the arrays in place",
+            _sub(
+                _sub(_UNSCALE, "for g in grads:", "for i, g in enumerate(grads):"),
+                "g[...] = (wide * inv).astype(np.float16)",
+                "grads[i] = (wide * inv).astype(np.float16)",
+            ),
+        ),
+        (
+            "returning a bool",
+            _sub(_UNSCALE, "return found_inf", "return found_inf == 1.0"),
+        ),
+        (
+            "dividing by 1/inv (the scale, rounded to float32) instead of multiplying",
+            _sub(
+                _UNSCALE,
+                "g[...] = (wide * inv).astype(np.float16)",
+                "g[...] = (wide / np.float32(1 / inv)).astype(np.float16)",
+            ),
         ),
         (
             "found_inf reset for each gradient (only the last one counts)",
