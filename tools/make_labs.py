@@ -127,6 +127,9 @@ def write_with_outputs(nb, md: Path) -> None:
     """Write a notebook's .md and .ipynb twins, keeping the stored outputs of unchanged cells."""
     ipynb = md.with_suffix(".ipynb")
     stored = nbformat.read(ipynb, as_version=4) if ipynb.exists() else nb
+    # a copy: the caller's notebook (read from the .md) goes on to make the lab, which must be
+    # the same whether or not its twins were just rewritten (make labs is idempotent)
+    nb = copy.deepcopy(nb)
     if "language_info" in stored.metadata:  # written by the kernel; jupytext's .md lacks it
         nb.metadata.setdefault("language_info", stored.metadata["language_info"])
     code = [c for c in stored.cells if c.cell_type == "code"]
