@@ -49,3 +49,17 @@ if "numba.core.config" in __import__("sys").modules:  # Numba read its settings 
 TORCH_TAG = "v2.13.0"
 #: Base URL for citing torch's source at that tag.
 TORCH_SOURCE = f"https://github.com/pytorch/pytorch/blob/{TORCH_TAG}/"
+
+# The global switches (torch.use_deterministic_algorithms, set_num_threads, set_default_dtype):
+# retorch/_switches.py imports Numba and retorch.tensor only when a switch is used.
+from . import _switches  # noqa: E402
+
+use_deterministic_algorithms = _switches.use_deterministic_algorithms
+are_deterministic_algorithms_enabled = _switches.are_deterministic_algorithms_enabled
+is_deterministic_algorithms_warn_only_enabled = (
+    _switches.is_deterministic_algorithms_warn_only_enabled
+)
+set_num_threads = _switches.set_num_threads
+get_num_threads = _switches.get_num_threads
+set_default_dtype = _switches.set_default_dtype
+get_default_dtype = _switches.get_default_dtype
