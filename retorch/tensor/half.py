@@ -1,13 +1,15 @@
 """float16 and bfloat16: conversion bit by bit, and CPU kernels that compute in float32.
 
-Conversion mirrors two c10 headers, line by line, on NumPy arrays of bits:
+Conversion mirrors two headers, line by line, on NumPy arrays of bits. In torch 2.13 they
+live in ``torch/headeronly/util/`` (``c10/util/Half.h`` and ``BFloat16.h`` only include them
+and add the vectorized paths); the functions are still in namespace ``c10::detail``:
 
-- ``c10/util/Half.h``: ``fp16_ieee_from_fp32_value`` (float32 -> float16: scale the value so
+- ``torch/headeronly/util/Half.h``: ``fp16_ieee_from_fp32_value`` (float32 -> float16: scale the value so
   that float32's own rounding, in one addition, rounds the mantissa to 10 bits to nearest
   even, subnormals and overflow to infinity included) and ``fp16_ieee_to_fp32_value``
   (float16 -> float32, exact: a multiplication for normal numbers, a "magic" subtraction
   for subnormals).
-- ``c10/util/BFloat16.h``: ``round_to_nearest_even`` (float32 -> bfloat16: add 0x7FFF plus
+- ``torch/headeronly/util/BFloat16.h``: ``round_to_nearest_even`` (float32 -> bfloat16: add 0x7FFF plus
   the lowest kept bit, keep the top 16 bits; NaN -> 0x7FC0) and ``f32_from_bits`` (bfloat16
   -> float32: the 16 bits become the top half of a float32, exact).
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cpu_kernels as K
+from . import scalar_ops as S
 from .dispatch_stub import stub
 from .dtype import bfloat16, float16, float32
 
@@ -43,7 +46,8 @@ def _bits32(f) -> np.ndarray:
 
 
 def fp16_ieee_from_fp32_value(f) -> np.ndarray:
-    """float32 values -> float16 bits (uint16), as ``c10/util/Half.h`` computes them."""
+    """float32 values -> float16 bits (uint16), as ``fp16_ieee_from_fp32_value`` in
+    ``torch/headeronly/util/Half.h`` computes them."""
     f = np.ascontiguousarray(f, dtype=_F32)
     scale_to_inf = np.array(0x77800000, _U32).view(_F32)  # 2**112
     scale_to_zero = np.array(0x08800000, _U32).view(_F32)  # 2**-110
@@ -65,7 +69,8 @@ def fp16_ieee_from_fp32_value(f) -> np.ndarray:
 
 
 def fp16_ieee_to_fp32_value(h) -> np.ndarray:
-    """float16 bits (uint16) -> float32 values, as ``c10/util/Half.h`` computes them."""
+    """float16 bits (uint16) -> float32 values, as ``fp16_ieee_to_fp32_value`` in
+    ``torch/headeronly/util/Half.h`` computes them."""
     w = np.asarray(h, dtype=np.uint16).astype(_U32) << _U32(16)
     sign = w & _U32(0x80000000)
     two_w = w + w
@@ -81,7 +86,8 @@ def fp16_ieee_to_fp32_value(h) -> np.ndarray:
 
 
 def round_to_nearest_even(f) -> np.ndarray:
-    """float32 values -> bfloat16 bits (uint16), as ``c10/util/BFloat16.h`` rounds them."""
+    """float32 values -> bfloat16 bits (uint16), as ``round_to_nearest_even`` in
+    ``torch/headeronly/util/BFloat16.h`` rounds them."""
     f = np.ascontiguousarray(f, dtype=_F32)
     u32 = f.view(_U32)
     rounding_bias = ((u32 >> _U32(16)) & _U32(1)) + _U32(0x7FFF)
@@ -187,9 +193,29 @@ def _wrap_iter(name, run):
     stub(name).register("cpu", kernel)
 
 
+def _vectorized(strides) -> bool:
+    """Whether torch's ``cpu_kernel_vec`` takes its vectorized loop (``Loops.h``): the output
+    and the inputs contiguous in the inner dimension, or one input a scalar (stride 0)."""
+    so, sa, sb = strides[0, 0], strides[1, 0], strides[2, 0]
+    return so == 1 and sa in (0, 1) and sb in (0, 1) and not (sa == 0 and sb == 0)
+
+
 def _binary(w, o, shape, strides, it, op, alpha):
     d = it.common_dtype  # torch: alpha.to<scalar_t>() first, then widened to opmath
     alpha = float(to_float32(from_float32(np.float32(alpha).reshape(1), d), d)[0])
+    if (
+        alpha != 1.0
+        and op in (S.ADD, S.SUB, S.ADD_ALPHA)
+        and is_half(d)
+        and not _vectorized(strides)
+    ):
+        # a strided operand: cpu_kernel_vec's basic_loop runs the scalar ``self + alpha *
+        # other`` (ufunc/add.h) in c10::Half / BFloat16 arithmetic, which rounds the product
+        # to the 16-bit type before the sum: two roundings, mirrored here. (The vectorized
+        # loop computes in float and rounds once, except its scalar tail: not mirrored.)
+        w = list(w)
+        w[2] = to_float32(from_float32(np.float32(alpha) * w[2], d), d)
+        alpha = 1.0
     K._pick(K.binary_loop, it.numel())(op, w[0], o[0], w[1], o[1], w[2], o[2], shape, strides,
                                         alpha)  # fmt: skip
 
