@@ -110,6 +110,96 @@ def test_fast_op_equals_the_full_build(ab, how):
     assert _state(fast) == _state(full)
 
 
+def _replayed(make_config):
+    """(the iterator every step builds, the one replayed from its plan) for two configs of
+    the same operands; None when the build leaves no plan."""
+    full = TensorIterator(make_config())
+    plan = full._plan(make_config())
+    if plan is None:
+        return None
+    return full, TensorIterator._from_plan(make_config(), plan)
+
+
+def _plan_state(it):
+    state = _state(it)
+    state["more"] = [(op.will_resize, op.target_dtype) for op in it.operands]
+    state["flags"] = (it.all_ops_same_shape, it.resize_outputs, it._contiguous)
+    return state
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(operands(), st.sampled_from(["new", "static-bool", "to-float", "reduction"]))
+def test_plan_replay_equals_the_full_build(ab, how):
+    """An iterator replayed from an earlier build's plan equals the one every step builds,
+    for operands of any shape, strides and dtypes (casts, broadcasts, wrapped numbers)."""
+    from retorch.tensor.tensor_iterator import reduce_op
+
+    a, b, _, _ = ab
+    if how == "reduction":
+        if a.dim() == 0 or a.dtype is bool_:
+            return
+        out = rt.empty(*a.shape[1:], dtype=a.dtype).unsqueeze(0).expand(*a.shape)
+        pair = _replayed(lambda: _reduction_config(out, a))
+    else:
+        static, to_float = (bool_ if how == "static-bool" else None), how == "to-float"
+        try:
+            TensorIterator(_config(None, (a, b), static, to_float))
+        except RuntimeError:
+            return  # (no plan is made where build raises)
+        pair = _replayed(lambda: _config(None, (a, b), static, to_float))
+    assert pair is not None
+    assert _plan_state(pair[0]) == _plan_state(pair[1])
+    if how != "reduction":  # (a reduction's output is given)
+        assert pair[1].output() is not pair[0].output()  # a new output each time
+
+
+def _reduction_config(out, a):
+    cfg = TensorIteratorConfig().add_output(out).add_input(a)
+    cfg.check_mem_overlap, cfg.resize_outputs_, cfg.is_reduction = False, False, True
+    cfg.promote_inputs_to_common_dtype_ = True
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "case, inputs",
+    [
+        ("broadcast row", lambda: (_f(3, 4), _f(4))),
+        ("transposed", lambda: (_f(4, 3).t(), _f(3, 4))),
+        ("dtypes differ: a cast input", lambda: (_f(3), _f(3, dtype=np.float64))),
+        ("int tensor, wrapped float", lambda: (_f(3, dtype=np.int64), rt.scalar_tensor(2.5, wrapped=True))),
+        ("column and row", lambda: (_f(3, 1), _f(1, 4))),
+    ],
+)  # fmt: skip
+def test_plans_are_replayed_and_keyed_by_metadata(case, inputs):
+    from retorch.tensor import tensor_iterator as ti
+
+    a, b = inputs()
+    key = _config(None, (a, b))._plan_key()
+    ti._PLANS.pop(key, None)
+    first = rt.add(a, b)  # builds, and leaves its plan
+    assert key in ti._PLANS, case
+    again = rt.add(a, b)  # replayed
+    assert again.tolist() == first.tolist() and again.stride() == first.stride()
+    assert _config(None, (a.contiguous(), b))._plan_key() != key or a.is_contiguous()
+    expected = torch.add(torch.from_numpy(a.numpy()), torch.from_numpy(b.numpy())
+                         if b.dim() else b.item())  # fmt: skip
+    assert again.stride() == expected.stride() and again.tolist() == expected.tolist()
+
+
+def test_no_plan_where_build_reads_more_than_metadata():
+    base = _f(8)
+    cfg = _config(base[:6], (base[2:], _f(6)))  # an output given: overlap depends on storage
+    assert cfg._plan_key() is None
+    cfg = _config(None, (_f(3), _f(3)))
+    cfg.trace = True
+    assert cfg._plan_key() is None
+    out = rt.empty(3, dtype="float64")  # copied back into an output of another dtype
+    cfg = _config(out, (_f(3), _f(3)))
+    cfg.check_mem_overlap = False
+    assert TensorIterator(cfg)._plan(cfg) is None
+
+
 def _f(*shape, dtype=np.float32):
     return rt.from_numpy(np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape))
 

@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from . import dtype as _dtypes
 from .dtype import as_dtype, bool_, default_dtype
 from .expand_utils import infer_size
 from .tensor import Tensor
@@ -98,7 +99,54 @@ class TensorIteratorConfig:
             )  # fmt: skip
             if it is not None:
                 return it
-        return TensorIterator(self)
+        key = self._plan_key()
+        if key is None:
+            return TensorIterator(self)
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return TensorIterator._from_plan(self, plan)
+        it = TensorIterator(self)
+        plan = it._plan(self)
+        if plan is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+        return it
+
+    def _plan_key(self):
+        """What every step of ``build`` reads, when that is only metadata: each operand's
+        sizes, strides, dtype, device and whether it is a wrapped number, this config's flags
+        and the default dtype. ``None`` when the steps read more: a given output whose
+        memory may overlap an input (``compute_mem_overlaps`` compares storages), or a
+        traced build."""
+        if self.trace:
+            return None
+        ops = []
+        for t in self.outputs:
+            if t is not None and self.check_mem_overlap:
+                return None
+            ops.append(_meta_key(t))
+        for t in self.inputs:
+            ops.append(_meta_key(t))
+        return (
+            len(self.outputs), self.promote_inputs_to_common_dtype_,
+            self.promote_integer_inputs_to_float_, self.cast_common_dtype_to_outputs_,
+            self.enforce_safe_casting_to_output_, self.check_all_same_dtype_, self.static_dtype,
+            self.is_reduction, self.resize_outputs_, self.check_mem_overlap,
+            _dtypes.default_dtype, tuple(ops),
+        )  # fmt: skip
+
+
+def _meta_key(t):
+    if t is None:
+        return None
+    i = t._impl
+    return (i.sizes, i.strides, i.dtype, i.storage.device, i.is_wrapped_number)
+
+
+#: Built iterators' answers by ``TensorIteratorConfig._plan_key`` (see ``_plan``).
+_PLANS: dict = {}
+_MAX_PLANS = 4096
 
 
 def reduce_op(out, a, trace: bool = False) -> TensorIterator:
@@ -234,6 +282,56 @@ class TensorIterator:
             self._record("allocate_or_resize_outputs")
             self.coalesce_dimensions()
             self._record("coalesce_dimensions")
+
+    def _plan(self, config):
+        """What this build worked out, to be replayed by ``_from_plan`` for operands with the
+        same metadata: every field but the operands' tensors; for each operand, how its
+        tensor was had (given, converted to a dtype and device, or allocated with these sizes
+        and strides). ``None`` when the build copies back into a given output."""
+        if self._out_copy_back:
+            return None
+        given = list(config.outputs) + list(config.inputs)
+        operands = []
+        for op, t in zip(self.operands, given):
+            if op.tensor is t:
+                how = None
+            elif t is None:  # allocated: by fast_set_up or allocate_or_resize_outputs
+                impl = op.tensor._impl
+                how = ("empty", impl.sizes, None if impl.is_contiguous_ else impl.strides)
+            elif not op.is_output:  # compute_types's casts of an input
+                how = ("to", op.tensor.dtype, op.tensor.device)
+            else:
+                return None
+            operands.append(
+                (how, op.is_output, op.will_resize, list(op.stride_bytes), op.target_dtype)
+            )
+        fields = {k: v for k, v in vars(self).items() if k != "operands"}
+        return fields, tuple(operands)
+
+    @classmethod
+    def _from_plan(cls, config, plan) -> TensorIterator:
+        """The iterator ``build`` would give, from the plan of an earlier build whose operands
+        had the same metadata. tests/test_tensor_iterator_fast.py checks every field."""
+        fields, operands = plan
+        self = cls.__new__(cls)
+        for k, v in fields.items():
+            setattr(self, k, list(v) if type(v) is list else v)
+        given = list(config.outputs) + list(config.inputs)
+        ops = self.operands = []
+        for (how, is_output, will_resize, stride_bytes, target_dtype), t in zip(operands, given):
+            if how is not None:
+                if how[0] == "empty":
+                    t = empty_generic(how[1], target_dtype, self.device, how[2])
+                else:
+                    t = t.to(dtype=how[1])
+                    if t.device != how[2]:
+                        t = t.to(how[2])
+            op = OperandInfo(t, is_output)
+            op.will_resize = will_resize
+            op.stride_bytes = list(stride_bytes)
+            op.target_dtype = target_dtype
+            ops.append(op)
+        return self
 
     def _record(self, step):
         if self.steps is not None:
