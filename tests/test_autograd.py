@@ -1106,17 +1106,16 @@ def test_mm_backward_lays_out_gradients_as_torch(mat1_layout, mat2_layout, backe
         leaf = torch.from_numpy(base.copy()).requires_grad_(True)
         return base, leaf, (leaf if layout == "row-major" else leaf.t())
 
-    (b1, l1, x1), (b2, l2, x2) = laid_out((5, 3), mat1_layout), laid_out((3, 4), mat2_layout)
+    (b1, _, x1), (b2, _, x2) = laid_out((5, 3), mat1_layout), laid_out((3, 4), mat2_layout)
     g = rng.standard_normal((5, 4))
     expected = torch.autograd.grad(x1.mm(x2), (x1, x2), torch.from_numpy(g))
     if backend.startswith("chapter 3"):
         make, wrap, grad = (lambda b: ra.Tensor(torch.from_numpy(b.copy()), requires_grad=True),
                             lambda b: ra.Tensor(torch.from_numpy(b)), ra.grad)  # fmt: skip
     else:
+        from retorch.autograd.backend import array_backend
         from retorch.dispatch import Tensor
         from retorch.tensor import from_numpy
-
-        from retorch.autograd.backend import array_backend
 
         def grad(*args):  # (what retorch.Tensor.backward does around the engine)
             with array_backend("retorch"):

@@ -133,7 +133,6 @@ def _plan_state(it):
 def test_plan_replay_equals_the_full_build(ab, how):
     """An iterator replayed from an earlier build's plan equals the one every step builds,
     for operands of any shape, strides and dtypes (casts, broadcasts, wrapped numbers)."""
-    from retorch.tensor.tensor_iterator import reduce_op
 
     a, b, _, _ = ab
     if how == "reduction":
