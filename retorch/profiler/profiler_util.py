@@ -159,6 +159,8 @@ class EventList(list):
         pid = os.getpid()
         trace = []
         for e in self:
+            if e.name == "[memory]":  # drawn as the instant events below, as Kineto does
+                continue
             trace.append({
                 "ph": "X", "cat": "cpu_op", "name": e.name, "pid": pid, "tid": e.thread,
                 "ts": e.start_us, "dur": e.cpu_time_total,
