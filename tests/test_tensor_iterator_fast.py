@@ -301,3 +301,14 @@ def test_no_grad_input_records_nothing_and_grad_mode_off_records_nothing():
     assert (a + b).grad_fn is not None  # the second input needs a gradient
     with grad_mode.no_grad():
         assert (b + b).grad_fn is None
+
+
+@pytest.mark.parametrize("sizes, strides", [((0, 1, 2), (0, 0, 0)), ((3, 0, 2), (5, 7, 9))])
+def test_a_tensor_of_no_elements_keeps_its_strides_as_torch(sizes, strides):
+    """No elements: contiguous at any strides, hence dense, so empty_like and to() keep the
+    strides (c10's refresh_contiguous), and an op's output follows from them as torch's."""
+    t = torch.empty_strided(sizes, strides, dtype=torch.int64)
+    ours = rt.empty_strided(sizes, strides, dtype=rt.int64)
+    assert rt.empty_like(ours).stride() == torch.empty_like(t).stride()
+    assert ours.to(dtype=rt.float32).stride() == t.to(torch.float32).stride()
+    assert rt.add(ours, rt.tensor(4.0)).stride() == (t + torch.tensor(4.0)).stride()

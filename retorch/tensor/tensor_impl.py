@@ -125,9 +125,12 @@ class TensorImpl:
         return compute_channels_last_contiguous_2d(self.sizes, self.strides)
 
     def is_non_overlapping_and_dense(self) -> bool:
+        """c10's ``refresh_contiguous``: ``is_contiguous_ || ... ||
+        compute_non_overlapping_and_dense()``, so a tensor of no elements (contiguous at any
+        strides) counts as dense, and ``empty_like`` keeps its strides, as torch's does."""
         if self._non_overlapping_and_dense is None:
-            self._non_overlapping_and_dense = compute_non_overlapping_and_dense(
-                self.sizes, self.strides
+            self._non_overlapping_and_dense = (
+                self.is_contiguous_ or compute_non_overlapping_and_dense(self.sizes, self.strides)
             )
         return self._non_overlapping_and_dense
 

@@ -297,7 +297,8 @@ class TensorIterator:
                 how = None
             elif t is None:  # allocated: by fast_set_up or allocate_or_resize_outputs
                 impl = op.tensor._impl
-                how = ("empty", impl.sizes, None if impl.is_contiguous_ else impl.strides)
+                row_major = impl.strides == contiguous_strides(impl.sizes)
+                how = ("empty", impl.sizes, None if row_major else impl.strides)
             elif not op.is_output:  # compute_types's casts of an input
                 how = ("to", op.tensor.dtype, op.tensor.device)
             else:
