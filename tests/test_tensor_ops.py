@@ -413,6 +413,35 @@ def test_softmax_and_log_softmax(dtype):
     assert outcome(lambda: rt.log_softmax(i, 0)) == outcome(lambda: torch.log_softmax(ti, 0))
 
 
+@given(
+    rows=st.integers(1, 6), n=st.integers(1, 40), dtype=st.sampled_from(["float32", "float64"]),
+    special=st.sampled_from([None, "nan", "inf", "-inf row", "large"]), transposed=st.booleans(),
+)  # fmt: skip
+def test_softmax_over_the_last_dim_in_one_pass_equals_torch(rows, n, dtype, special, transposed):
+    """The CPU kernel for the last dim (``softmax_lastdim_kernel``): each row's max, sum and
+    result in one pass, beside torch's on rows with NaN, infinities, a row of -inf and large
+    values (NaN where torch gives NaN), from a transposed input and from rows at an offset."""
+    rng = np.random.default_rng(rows * 100 + n)
+    v = sample((rows, n), dtype, rng) * 10
+    if special == "nan":
+        v[0, n // 2] = np.nan
+    elif special == "inf":
+        v[rows - 1, 0] = np.inf
+    elif special == "-inf row":
+        v[0, :] = -np.inf
+    elif special == "large":
+        v += 1e6  # (x - max - log(sum), in that order: x - (max + log(sum)) loses digits)
+    x, tx = pair(np.ascontiguousarray(v.T).T if transposed else v)
+    if not transposed:  # rows 1.. of a contiguous tensor: a storage offset
+        big, tbig = pair(np.concatenate([np.zeros((1, n), dtype), v]))
+        x, tx = big[1:], tbig[1:]
+    for name in ("softmax", "log_softmax"):
+        ours, theirs = getattr(rt, name)(x, -1), getattr(torch, name)(tx, -1)
+        assert ours.stride() == theirs.stride()
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=4 * RTOL[dtype],
+                                   atol=1e-6, equal_nan=True)  # fmt: skip
+
+
 def test_large_sum_is_parallel_and_close():
     rng = np.random.default_rng(5)
     x, tx = pair(rng.random(300_000, dtype=np.float32))

@@ -688,3 +688,43 @@ def _flat(t):
     if impl.storage_offset == 0 and arr.shape[0] == n:  # the whole storage: no slice to make
         return arr
     return arr[impl.storage_offset : impl.storage_offset + n]
+
+
+# ---- softmax over the last dim ----------------------------------------------------------------
+@njit(**_jit)
+def softmax_lastdim(x, xo, out, rows, n, log, zero):
+    """torch's ``_vec_softmax_lastdim`` / ``_vec_log_softmax_lastdim``
+    (``aten/src/ATen/native/cpu/SoftMaxKernel.cpp``), one pass per step over each contiguous
+    row: its max, the sum of ``exp(x - max)``, then ``exp(x - max) * (1 / sum)`` for softmax
+    or ``x - max - log(sum)`` for log_softmax ("it's necessary to keep the order of the
+    operations"). A NaN in a row makes its max NaN, as ``vec::maximum`` propagates it."""
+    for r in range(rows):
+        base = xo + r * n
+        m = x[base]
+        for j in range(1, n):
+            v = x[base + j]
+            if v > m or v != v:
+                m = v
+        s = zero
+        for j in range(n):
+            s += np.exp(x[base + j] - m)
+        o = r * n
+        if log:
+            ls = np.log(s)
+            for j in range(n):
+                out[o + j] = x[base + j] - m - ls
+        else:
+            inv = 1 / s
+            for j in range(n):
+                out[o + j] = np.exp(x[base + j] - m) * inv
+
+
+@stub("softmax_lastdim").register("cpu")
+def softmax_lastdim_kernel(x, out, log):
+    """``softmax_lastdim_kernel`` / ``log_softmax_lastdim_kernel``: ``x`` and ``out``
+    contiguous, of one floating dtype."""
+    n = x.shape[-1]
+    impl = x._impl
+    arr = impl.storage.typed(impl.dtype.np)
+    softmax_lastdim(arr, impl.storage_offset, _flat(out), x.numel() // n, n, log,
+                    impl.dtype.np.type(0))  # fmt: skip

@@ -619,8 +619,18 @@ def softmax(x, dim):
     if x.device == "meta":  # softmax's meta function: a row-major output of x's size
         return empty(x.shape, dtype=x.dtype, device="meta")
     x = contiguous(x)  # the output is row-major whatever the input's layout, as torch's
+    if _lastdim_kernel(x, dim):
+        out = empty(x.shape, dtype=x.dtype)
+        stub("softmax_lastdim")("cpu", x, out, False)
+        return out
     e = exp(sub(x, amax(x, dim, keepdim=True)))
     return div(e, sum(e, dim, keepdim=True))
+
+
+def _lastdim_kernel(x, dim) -> bool:
+    """Whether ``host_softmax``'s CPU kernel for the last dim runs: one pass per row
+    (``softmax_lastdim_kernel``); other dims, devices and half types compose the ops."""
+    return x.device == "cpu" and dim == x.dim() - 1 and not is_half(x.dtype) and x.numel() > 0
 
 
 def log_softmax(x, dim):
@@ -630,6 +640,10 @@ def log_softmax(x, dim):
     if x.device == "meta":
         return empty(x.shape, dtype=x.dtype, device="meta")
     x = contiguous(x)
+    if _lastdim_kernel(x, dim):
+        out = empty(x.shape, dtype=x.dtype)
+        stub("softmax_lastdim")("cpu", x, out, True)
+        return out
     shifted = sub(x, amax(x, dim, keepdim=True))
     return sub(shifted, log(sum(exp(shifted), dim, keepdim=True)))
 
