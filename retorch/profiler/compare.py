@@ -144,3 +144,50 @@ def compare_counts(torch_counts: dict, ours: dict) -> list[dict]:
             rows.append({"phase": phase, "op": name, "torch": t.get(name, 0),
                          "retorch": r.get(name, 0), "verdict": verdict})  # fmt: skip
     return rows
+
+
+def _start(e) -> float:
+    return e.start_us if hasattr(e, "start_us") else e.time_range.start
+
+
+def op_tree(events) -> list[tuple[str, int, int, int]]:
+    """``(name, depth, enter, leave)`` per range, in the order they start: ``enter`` and
+    ``leave`` count the range boundaries passed so far (a walk of the children lists), so a
+    drawing from them depends on the order of the ops only, never on their times."""
+    roots = sorted((e for e in events if e.cpu_parent is None and e.name != "[memory]"),
+                   key=_start)  # fmt: skip
+    out, clock = [], 0
+
+    def walk(e, depth):
+        nonlocal clock
+        row = [e.name, depth, clock, 0]
+        out.append(row)
+        clock += 1
+        for c in e.cpu_children:
+            if c.name != "[memory]":
+                walk(c, depth + 1)
+        row[3] = clock
+        clock += 1
+
+    for r in roots:
+        walk(r, 0)
+    return [tuple(r) for r in out]
+
+
+def draw_op_tree(ax, events, title: str) -> None:
+    """The profile as a trace viewer draws it, ranges nested downwards, on an axis of op
+    order (each range from where it starts to where it ends, in boundaries passed)."""
+    rows = op_tree(events)
+    total = max(r[3] for r in rows) + 1
+    width_in = ax.get_position().width * ax.figure.get_figwidth()
+    ax.set_xlim(0, total)
+    for name, depth, enter, leave in rows:
+        ax.barh(depth, leave - enter, left=enter, height=0.8, color=f"C{depth}", alpha=0.8,
+                edgecolor="black", linewidth=0.5)  # fmt: skip
+        label = name.replace("aten::", "").replace("autograd::engine::evaluate_function: ", "")
+        fits = int((leave - enter) / total * width_in / 0.085)  # characters of 10 pt
+        if fits >= 3:
+            ax.text(enter + 0.3, depth, label[:fits], va="center", fontsize=10)
+    ax.set_ylim(max(r[1] for r in rows) + 0.6, -0.6)
+    ax.set_ylabel("depth")
+    ax.set_title(title, fontsize=10)
