@@ -1,7 +1,8 @@
 """Autocast as a dispatch key: ``with autocast("cpu"):`` casts the inputs of listed ops.
 
-Mirrors ``aten/src/ATen/autocast_mode.cpp`` (the kernels and the ``KERNEL_CPU`` policy lists)
-and ``torch/amp/autocast_mode.py`` (the context manager). Every CPU tensor carries
+Mirrors ``aten/src/ATen/autocast_mode.cpp`` (each key's policy lists: ``KERNEL_CPU``,
+``KERNEL_CUDA``), ``aten/src/ATen/autocast_mode.h`` (``cached_cast``, the ``WrapFunction_``
+kernels per policy) and ``torch/amp/autocast_mode.py`` (the context manager). Every CPU tensor carries
 ``AutocastCPU``, and the thread-local excluded set hides it by default; entering ``autocast``
 un-hides it. Ops with an AutocastCPU kernel then run it first: it casts the eligible tensor
 arguments (``lower_precision_fp``: down to the autocast dtype; ``fp32``: up to full precision),
