@@ -442,6 +442,21 @@ def test_softmax_over_the_last_dim_in_one_pass_equals_torch(rows, n, dtype, spec
                                    atol=1e-6, equal_nan=True)  # fmt: skip
 
 
+@pytest.mark.parametrize("alpha", [2, 2.5, True, False])
+@pytest.mark.parametrize("da, db", [("float32", "float32"), ("float64", "float32"),
+                                    ("int64", "int64"), ("int32", "float64"), ("bool", "bool"),
+                                    ("float32", "bool")])  # fmt: skip
+def test_add_and_sub_alpha_checked_as_torch(da, db, alpha):
+    """``alpha_check``: a float alpha needs a floating result, a bool alpha a bool one (True
+    excepted for non-bool results); the same outcome, value or error, as torch's."""
+    a, ta = pair(np.array([1, 0, 1]).astype(da))
+    b, tb = pair(np.array([1, 1, 0]).astype(db))
+    for name in ("add", "sub"):
+        ours = outcome(lambda: getattr(rt, name)(a, b, alpha=alpha).tolist())
+        theirs = outcome(lambda: getattr(torch, name)(ta, tb, alpha=alpha).tolist())
+        assert ours == theirs, (name, da, db, alpha)
+
+
 def test_large_sum_is_parallel_and_close():
     rng = np.random.default_rng(5)
     x, tx = pair(rng.random(300_000, dtype=np.float32))

@@ -91,10 +91,14 @@ def _build_binary(a, b, out, integer_to_float):
 def _check_alpha(a, b, alpha):
     if type(alpha) is int:  # valid for every dtype: skip working out the result's dtype
         return
+    if type(alpha) is float and isinstance(a, Tensor) and isinstance(b, Tensor):
+        da = a._impl.dtype
+        if da is b._impl.dtype and da.is_floating_point:  # (an optimizer's add(alpha=lr))
+            return
     from .type_promotion import result_type
 
     dt = result_type(_as_tensor(a), _as_tensor(b))
-    if isinstance(alpha, bool) and dt is not bool_ and alpha is not True:
+    if isinstance(alpha, bool) and dt is not bool_:
         raise RuntimeError("Boolean alpha only supported for Boolean results.")
     if not dt.is_floating_point and isinstance(alpha, float):
         raise RuntimeError(
