@@ -47,8 +47,7 @@ class profile:
         self.device_note = None
         if self.use_device and _simulated():
             self.device_note = (
-                "Self CUDA time total: not measured (CUDA simulator: kernels run on the host; "
-                "on a GPU, CUDA events time each op)"
+                "Self CUDA time total: not measured (CUDA simulator: kernels run on the host)"
             )
         self._events: EventList | None = None
         self._memory: list = []
