@@ -220,3 +220,30 @@ def test_cuda_autocast_output_dtypes_as_torch_on_fake_cuda_tensors():
     assert ours == theirs
     assert theirs["softmax.int"] == ["float32", "float32", "float32", "float64"]
     assert theirs["mm"] == ["float16", "float16", "float16", "float64"]
+
+
+def test_cuda_fp32_set_opt_dtype_keeps_an_explicit_dtype_as_torch():
+    """``set_opt_dtype`` fills only an unset dtype: softmax(x, 1, dtype=float16) of a float32
+    input stays float16 under CUDA autocast, in torch (fake CUDA tensors) and retorch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import retorch.tensor as rt
+    from retorch.dispatch.dispatch_key import DispatchKey
+    from retorch.dispatch.dispatch_key_set import DispatchKeySet
+    from retorch.dispatch.dispatcher import get_dispatcher
+
+    torch.set_autocast_enabled("cuda", True)
+    try:
+        with FakeTensorMode():
+            x = torch.empty(4, 3, device="cuda")
+            theirs = [torch.softmax(x, 1, dtype=torch.float16).dtype, torch.softmax(x, 1).dtype]
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+    kernel = get_dispatcher().operators["aten::softmax.int"].lookup(DispatchKey.AutocastCUDA)
+    a = Tensor(rt.tensor(np.ones((4, 3), np.float32)))
+    ks = DispatchKeySet(DispatchKey.AutocastCUDA)
+    fn = kernel.kernel.fn
+    ours = [fn(ks, a, 1, dtype=rt.float16), fn(ks, a, 1), fn(ks, a, 1, rt.float16)]
+    assert [str(t).replace("torch.", "") for t in theirs] == [y.data.dtype.name for y in ours][:2]
+    assert ours[2].data.dtype is rt.float16  # the dtype given by position stays too
+    assert theirs == [torch.float16, torch.float32]

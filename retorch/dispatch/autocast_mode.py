@@ -163,17 +163,23 @@ def _autocast_kernel(name: str, policy: str, device_type: str):
     """``WrapFunction_<policy, device_type, ...>::call`` (``autocast_mode.h``): the device
     type is the key's, fixed at registration, as torch's template argument is."""
     key = _KEYS[device_type]
+    at = None  # fp32_set_opt_dtype: where the op's ``dtype`` argument sits, if positional
+    if policy == "fp32_set_opt_dtype":
+        schema = get_dispatcher().find_schema_or_throw(f"aten::{name}").schema
+        at = next(i for i, a in enumerate(schema.arguments) if a.name == "dtype")
 
     def kernel(ks, *args, **kwargs):
         lower = get_autocast_dtype(device_type)
         legacy = lower is LEGACY_LOWER
         if policy == "fp32_set_opt_dtype":
             # set_opt_dtype: an unset optional dtype becomes float32 when the first argument
-            # is eligible; nothing is cast (an explicit dtype is left alone)
+            # is eligible; nothing is cast (an explicit dtype, by keyword or position, stays)
             first = args[0].data.dtype
             eligible = (first in (LEGACY_FULL, LEGACY_LOWER) if legacy
                         else first.is_floating_point and first is not rt.float64)  # fmt: skip
-            if eligible and kwargs.get("dtype") is None:
+            given = kwargs.get("dtype") if len(args) <= at else args[at]
+            if eligible and given is None:
+                args = args[:at]  # (a positional None is dropped, the keyword set)
                 kwargs = {**kwargs, "dtype": LEGACY_FULL if legacy else rt.float32}
         else:
             if policy == "lower_precision_fp":
