@@ -24,7 +24,8 @@ ONLY_TORCH = {
     "aten::as_strided": "views made by transpose and expand (see aten::transpose)",
     "aten::expand": "addmm expands the bias over the batch before copying it",
     "aten::copy_": "addmm copies the expanded bias into its output",
-    "aten::resolve_conj": "mm checks each input for a conjugate bit (complex); retorch has none",
+    "aten::resolve_conj": "addmm and mm resolve a conjugate bit on their inputs (complex "
+    "tensors); retorch has no conjugate bit",
     "aten::clamp_min": "torch's relu is clamp_min(0); retorch's relu is its own kernel",
     "aten::nll_loss_nd": "torch's nll_loss passes through nll_loss_nd",
     "Optimizer.step#SGD.step": "torch's Optimizer wraps each step in a record_function "
@@ -32,13 +33,15 @@ ONLY_TORCH = {
     "Optimizer.step#Adam.step": "as Optimizer.step#SGD.step",
     "AddmmBackward0": "the node of addmm; retorch's linear records MmBackward0 + AddBackward0",
     "autograd::engine::evaluate_function: AddmmBackward0": "as AddmmBackward0",
-    "detach": "AccumulateGrad detaches the gradient it stores (a range of its own)",
-    "aten::detach": "as detach",
+    "aten::detach": "AccumulateGrad detaches the gradient it stores, through the dispatcher; "
+    "retorch's stores it below the dispatcher",
+    "detach": "the range aten::detach opens inside itself",
     "aten::empty_like": "the ones_like of backward's first gradient",
     "aten::empty_strided": "as aten::empty_like",
     "aten::ones_like": "backward's first gradient (ones) is an op in torch; retorch's "
     "engine makes it with retorch.tensor, below the dispatcher",
-    "aten::fill_": "as aten::ones_like (and the zero gradient of nll_loss_backward)",
+    "aten::fill_": "the ones of backward's first gradient (inside ones_like), and the zeros "
+    "sum starts from (the bias gradients)",
     "aten::to": "log_softmax's to(dtype) of its input, which changes nothing and returns it",
     "aten::item": "Adam reads its step counter, a 0-dim tensor, with .item(): an op in torch "
     "(aten::item -> _local_scalar_dense); retorch's item reads the storage without dispatching",
