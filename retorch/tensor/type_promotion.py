@@ -1,4 +1,4 @@
-"""Type promotion: mirrors ``c10/core/ScalarType.h`` (``promoteTypes``) and
+"""Type promotion: mirrors ``c10/core/ScalarType.cpp`` (``promoteTypes``'s table) and
 ``aten/src/ATen/native/TypeProperties.cpp`` (``ResultTypeState``, ``update_result_type_state``,
 ``result_type``).
 
