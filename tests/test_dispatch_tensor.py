@@ -246,3 +246,23 @@ def test_every_op_records_torchs_node_on_a_2_by_3_input(name):
     else:
         ours, theirs = BINARY[name][0](a, b), BINARY[name][1](ta, tb)
     _check(ours, theirs, [(a, ta)] if name in UNARY else [(a, ta), (b, tb)])
+
+
+@pytest.mark.parametrize("number", [2, 1.5, True])
+@pytest.mark.parametrize("dtype", ["int64", "float32", "float64", "bool"])
+def test_python_numbers_promote_as_torch_wrapped_numbers(dtype, number):
+    """A Python number is a wrapped number: only its category takes part in promotion, so
+    ``int_tensor * 1.5`` is a float tensor and ``float32_tensor * 2.5`` stays float32."""
+    values = np.array([1, 0, 1]).astype(dtype)
+    ours, theirs = Tensor(rt.from_numpy(values.copy())), torch.from_numpy(values.copy())
+    for name, fn in {"x + n": lambda x: x + number, "x * n": lambda x: x * number,
+                     "n - x": lambda x: number - x, "x / n": lambda x: x / number}.items():  # fmt: skip
+        try:
+            expected = fn(theirs)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match=str(e)[:25]):
+                fn(ours)
+            continue
+        got = fn(ours)
+        assert got.data.dtype.name == str(expected.dtype).removeprefix("torch."), name
+        assert got.tolist() == expected.tolist(), name

@@ -201,11 +201,12 @@ class Tensor(AutogradTensor):
 
     # ------------------------------------------------------------------ operators
     def _scalar(self, value):
-        """A Python number as a 0-dim tensor of this dtype (torch's wrapped number)."""
+        """A Python number as torch's python_arg_parser passes it to a ``Tensor`` argument: a
+        0-dim CPU tensor of the number's own type, marked a wrapped number, so that type
+        promotion counts only its category (``int_tensor * 1.5`` is a float tensor)."""
         if isinstance(value, AutogradTensor):
             return value
-        out = Tensor(rt.scalar_tensor(value, dtype=self.data.dtype, device=self.data.device))
-        return out
+        return Tensor(rt.scalar_tensor(value, wrapped=True))
 
     def __add__(self, other):
         return _aten().add.Tensor(self, self._scalar(other))
