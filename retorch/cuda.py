@@ -119,3 +119,30 @@ def compile_ptx(spec: KernelSpec, cc: tuple[int, int]) -> str:
     finally:
         _dispatcher.get_current_device = real
     return ptx
+
+
+# -- streams, events and CUDA graphs (retorch/cuda_streams.py, retorch/cuda_graphs.py) --------
+# Imported last: they import this module (simulator_enabled) and retorch.tensor.
+from .cuda_streams import (  # noqa: E402
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    record_stream,
+    set_stream,
+    stream,
+    synchronize,
+)
+
+#: torch.cuda's names for streams and events, re-exported here.
+STREAM_API = (Event, Stream, StreamContext, current_stream, default_stream, record_stream,
+              set_stream, stream, synchronize)  # fmt: skip
+
+
+def __getattr__(name):  # CUDAGraph, graph: imported on first use (they import retorch.tensor)
+    if name in ("CUDAGraph", "graph", "is_current_stream_capturing"):
+        from . import cuda_graphs
+
+        return getattr(cuda_graphs, name)
+    raise AttributeError(f"module 'retorch.cuda' has no attribute {name!r}")

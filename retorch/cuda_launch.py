@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from numba import cuda
 
 from . import cuda as rcuda
+from . import cuda_streams as _streams
+
+#: While a CUDA graph captures (retorch/cuda_graphs.py): ``fn(kernel, grid, block, args)``
+#: receives each launch instead of the device, as a capturing stream does.
+CAPTURE = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,15 @@ def torch_stream_handle() -> int:
 
 
 def current_stream():
+    """The numba stream of retorch's current stream (``with retorch.cuda.stream(s):``), else
+    the one for torch's current stream."""
+    s = getattr(_streams._local, "stream", None)
+    if s is None or s._numba is None:
+        return default_numba_stream()
+    return s._numba
+
+
+def default_numba_stream():
     """The numba stream for torch's current stream, created once per handle."""
     handle = torch_stream_handle()
     stream = _STREAMS.get(handle)
@@ -105,6 +119,9 @@ def configured(kernel, grid, block, stream=None):
 def launch(kernel, grid, block, *args, stream=None) -> None:
     """Launch ``kernel`` over ``grid`` blocks of ``block`` threads on the current stream (or
     ``stream``), asynchronously: no host synchronisation, no allocation."""
+    if CAPTURE is not None and stream is None:
+        CAPTURE(kernel, grid, block, args)
+        return
     configured(kernel, grid, block, stream)(*args)
 
 

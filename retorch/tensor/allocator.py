@@ -331,6 +331,13 @@ class Event:
 
     stream: int
     done: bool = False
+    handle: object = None  # a real event (``cudaEventRecord``) on a GPU, queried in process_events
+
+    def query(self) -> bool:
+        """``cudaEventQuery(*event) == cudaSuccess``: the model's clock, or the real event's."""
+        if not self.done and self.handle is not None and self.handle.query():
+            self.done = True
+        return self.done
 
 
 @dataclass(eq=False)
@@ -393,6 +400,9 @@ class CUDACachingAllocator:
         # cuda_events: per stream, (event, block) pairs in the order they were recorded
         self.cuda_events: dict[int, deque] = {}
         self._recorded: dict[int, list[Event]] = {}  # the events on each stream, not yet done
+        # record_event(stream) -> a real event recorded on that stream now (None: the model's
+        # clock only); retorch's CUDA tensors set it on a GPU (retorch/cuda_streams.py)
+        self.record_event = None
 
     # -- public API: DeviceCachingAllocator::malloc / free / emptyCache / getStats / snapshot --
 
@@ -452,6 +462,8 @@ class CUDACachingAllocator:
         completed."""
         for stream in sorted(block.stream_uses):
             event = Event(stream)
+            if self.record_event is not None:
+                event.handle = self.record_event(stream)
             self._recorded.setdefault(stream, []).append(event)
             block.event_count += 1
             self.cuda_events.setdefault(stream, deque()).append((event, block))
@@ -463,7 +475,7 @@ class CUDACachingAllocator:
         that stream's queue, not the others'); a block whose last event completed is freed."""
         for stream in list(self.cuda_events):
             queue = self.cuda_events[stream]
-            while queue and queue[0][0].done:  # cudaEventQuery(*event) == cudaSuccess
+            while queue and queue[0][0].query():  # cudaEventQuery(*event) == cudaSuccess
                 _, block = queue.popleft()
                 block.event_count -= 1
                 if block.event_count == 0:
@@ -866,14 +878,18 @@ class SameAddresses:
         self.taken.discard(_address_of(handle))
 
 
-def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
+def storage_allocator(allocator: CUDACachingAllocator, stream: int | None = 0):
     """A ``fn(nbytes) -> device array`` for ``retorch.tensor.storage.set_cuda_allocator``:
     each array is a block's memory, and the block is freed when the array is collected (keep the
     array itself, not only slices of it, for as long as the memory is used).
 
     torch's allocator holds a mutex in ``malloc`` and ``free``. Here a free can also arrive in the
     middle of a ``malloc`` (the garbage collector may run there and collect a storage), so a free
-    that finds the allocator busy waits in a list that the next call empties."""
+    that finds the allocator busy waits in a list that the next call empties.
+
+    ``stream=None``: each block is for the stream current when it is asked for (retorch's
+    ``retorch.cuda.current_stream()``), so each stream has its own pool, as torch's blocks are
+    keyed by stream (``BlockComparatorSize``)."""
     busy = threading.Lock()
     waiting: list[Block] = []
 
@@ -894,10 +910,16 @@ def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
             return numba_raw_malloc(0)
         with busy:
             free_waiting()
-            block = allocator.malloc(nbytes, stream)
+            sid = stream if stream is not None else _current_stream_id()
+            hook = _POOL_HOOK
+            if hook is not None:  # a CUDA graph capturing: its private pool (cuda_graphs)
+                hook(nbytes, sid)
+            block = allocator.malloc(nbytes, sid)
             free_waiting()  # the frees that arrived during malloc
         memory = block.memory()[:nbytes]
         weakref.finalize(memory, free, block)
+        if hook is not None:
+            hook(nbytes, sid, memory)  # the graph keeps it: a static address
         return memory
 
     def settle() -> None:
@@ -907,6 +929,34 @@ def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
 
     allocate.settle = settle
     return allocate
+
+
+#: Called with (nbytes, stream id) before each CUDA storage's malloc while a CUDA graph
+#: captures (retorch/cuda_graphs.py): it refuses an allocation outside the graph's pool.
+_POOL_HOOK = None
+
+
+def _current_stream_id() -> int:
+    from ..cuda_streams import current_stream
+
+    return current_stream().stream_id
+
+
+def _record_real_event(stream_id: int):
+    from ..cuda_streams import Event, stream_by_id
+
+    event = Event()
+    event.record(stream_by_id(stream_id))
+    return event
+
+
+def record_stream_of(tensor, stream_id: int) -> None:
+    """``CUDACachingAllocator::recordStream`` for a retorch CUDA tensor: its storage's block is
+    used on ``stream_id`` too (a no-op for memory the caching allocator did not hand out)."""
+    a = _settled()
+    block = a.allocated_blocks.get(int(tensor.untyped_storage().data_ptr()))
+    if block is not None:
+        a.record_stream(block, stream_id)
 
 
 # -- the allocator every CUDA storage uses: c10::cuda::CUDACachingAllocator::get() --
@@ -927,8 +977,16 @@ def cuda_caching_allocator() -> CUDACachingAllocator:
         _caching_allocator = CUDACachingAllocator(
             total, raw_malloc=numba_raw_malloc, device=getattr(cuda.get_current_device(), "id", 0)
         )
-        _storage_allocate = storage_allocator(_caching_allocator)
+        if not _simulated_cuda():
+            _caching_allocator.record_event = _record_real_event
+        _storage_allocate = storage_allocator(_caching_allocator, stream=None)
     return _caching_allocator
+
+
+def _simulated_cuda() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
 
 
 def cuda_storage_bytes(nbytes: int):
