@@ -89,8 +89,8 @@ class CUDAGraph:
     def _record(self, kernel, grid, block, args) -> None:
         self.launches.append((kernel, grid, block, args))
 
-    def _allocation(self, nbytes: int, stream_id: int, memory=None) -> None:
-        if stream_id != self.stream_id:
+    def _allocation(self, nbytes: int, stream_id: int | None, memory=None) -> None:
+        if memory is None and stream_id != self.stream_id:
             raise RuntimeError(
                 f"allocation of {nbytes} bytes on stream {stream_id} while a CUDA graph captures "
                 f"on stream {self.stream_id}: outside the graph's private pool"

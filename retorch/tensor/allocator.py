@@ -331,13 +331,6 @@ class Event:
 
     stream: int
     done: bool = False
-    handle: object = None  # a real event (``cudaEventRecord``) on a GPU, queried in process_events
-
-    def query(self) -> bool:
-        """``cudaEventQuery(*event) == cudaSuccess``: the model's clock, or the real event's."""
-        if not self.done and self.handle is not None and self.handle.query():
-            self.done = True
-        return self.done
 
 
 @dataclass(eq=False)
@@ -400,9 +393,6 @@ class CUDACachingAllocator:
         # cuda_events: per stream, (event, block) pairs in the order they were recorded
         self.cuda_events: dict[int, deque] = {}
         self._recorded: dict[int, list[Event]] = {}  # the events on each stream, not yet done
-        # record_event(stream) -> a real event recorded on that stream now (None: the model's
-        # clock only); retorch's CUDA tensors set it on a GPU (retorch/cuda_streams.py)
-        self.record_event = None
 
     # -- public API: DeviceCachingAllocator::malloc / free / emptyCache / getStats / snapshot --
 
@@ -462,8 +452,6 @@ class CUDACachingAllocator:
         completed."""
         for stream in sorted(block.stream_uses):
             event = Event(stream)
-            if self.record_event is not None:
-                event.handle = self.record_event(stream)
             self._recorded.setdefault(stream, []).append(event)
             block.event_count += 1
             self.cuda_events.setdefault(stream, deque()).append((event, block))
@@ -475,7 +463,7 @@ class CUDACachingAllocator:
         that stream's queue, not the others'); a block whose last event completed is freed."""
         for stream in list(self.cuda_events):
             queue = self.cuda_events[stream]
-            while queue and queue[0][0].query():  # cudaEventQuery(*event) == cudaSuccess
+            while queue and queue[0][0].done:  # cudaEventQuery(*event) == cudaSuccess
                 _, block = queue.popleft()
                 block.event_count -= 1
                 if block.event_count == 0:
@@ -878,18 +866,14 @@ class SameAddresses:
         self.taken.discard(_address_of(handle))
 
 
-def storage_allocator(allocator: CUDACachingAllocator, stream: int | None = 0):
+def storage_allocator(allocator: CUDACachingAllocator, stream: int = 0):
     """A ``fn(nbytes) -> device array`` for ``retorch.tensor.storage.set_cuda_allocator``:
     each array is a block's memory, and the block is freed when the array is collected (keep the
     array itself, not only slices of it, for as long as the memory is used).
 
     torch's allocator holds a mutex in ``malloc`` and ``free``. Here a free can also arrive in the
     middle of a ``malloc`` (the garbage collector may run there and collect a storage), so a free
-    that finds the allocator busy waits in a list that the next call empties.
-
-    ``stream=None``: each block is for the stream current when it is asked for (retorch's
-    ``retorch.cuda.current_stream()``), so each stream has its own pool, as torch's blocks are
-    keyed by stream (``BlockComparatorSize``)."""
+    that finds the allocator busy waits in a list that the next call empties."""
     busy = threading.Lock()
     waiting: list[Block] = []
 
@@ -910,16 +894,10 @@ def storage_allocator(allocator: CUDACachingAllocator, stream: int | None = 0):
             return numba_raw_malloc(0)
         with busy:
             free_waiting()
-            sid = stream if stream is not None else _current_stream_id()
-            hook = _POOL_HOOK
-            if hook is not None:  # a CUDA graph capturing: its private pool (cuda_graphs)
-                hook(nbytes, sid)
-            block = allocator.malloc(nbytes, sid)
+            block = allocator.malloc(nbytes, _stream_of(allocator, nbytes, stream))
             free_waiting()  # the frees that arrived during malloc
         memory = block.memory()[:nbytes]
         weakref.finalize(memory, free, block)
-        if hook is not None:
-            hook(nbytes, sid, memory)  # the graph keeps it: a static address
         return memory
 
     def settle() -> None:
@@ -929,34 +907,6 @@ def storage_allocator(allocator: CUDACachingAllocator, stream: int | None = 0):
 
     allocate.settle = settle
     return allocate
-
-
-#: Called with (nbytes, stream id) before each CUDA storage's malloc while a CUDA graph
-#: captures (retorch/cuda_graphs.py): it refuses an allocation outside the graph's pool.
-_POOL_HOOK = None
-
-
-def _current_stream_id() -> int:
-    from ..cuda_streams import current_stream
-
-    return current_stream().stream_id
-
-
-def _record_real_event(stream_id: int):
-    from ..cuda_streams import Event, stream_by_id
-
-    event = Event()
-    event.record(stream_by_id(stream_id))
-    return event
-
-
-def record_stream_of(tensor, stream_id: int) -> None:
-    """``CUDACachingAllocator::recordStream`` for a retorch CUDA tensor: its storage's block is
-    used on ``stream_id`` too (a no-op for memory the caching allocator did not hand out)."""
-    a = _settled()
-    block = a.allocated_blocks.get(int(tensor.untyped_storage().data_ptr()))
-    if block is not None:
-        a.record_stream(block, stream_id)
 
 
 # -- the allocator every CUDA storage uses: c10::cuda::CUDACachingAllocator::get() --
@@ -977,23 +927,15 @@ def cuda_caching_allocator() -> CUDACachingAllocator:
         _caching_allocator = CUDACachingAllocator(
             total, raw_malloc=numba_raw_malloc, device=getattr(cuda.get_current_device(), "id", 0)
         )
-        if not _simulated_cuda():
-            _caching_allocator.record_event = _record_real_event
-        _storage_allocate = storage_allocator(_caching_allocator, stream=None)
+        _storage_allocate = storage_allocator(_caching_allocator, None)  # the current stream's
     return _caching_allocator
-
-
-def _simulated_cuda() -> bool:
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM)
 
 
 def cuda_storage_bytes(nbytes: int):
     """The default of ``retorch.tensor.storage``'s CUDA allocation: a block of the caching
     allocator, as a device array of ``nbytes`` uint8."""
     cuda_caching_allocator()
-    return _storage_allocate(nbytes)
+    return _kept_by_graph(_storage_allocate(nbytes))
 
 
 def _settled() -> CUDACachingAllocator:
@@ -1226,3 +1168,78 @@ def plot_timeline(timeline: Timeline, ax=None, title: str | None = None):
     if title:
         ax.set_title(title)
     return ax
+
+
+# -- streams (retorch/cuda_streams.py) and CUDA graphs (retorch/cuda_graphs.py) ---------------
+# Kept at the end of the file: chapter 4 prints the line numbers of the functions above.
+
+#: While a CUDA graph captures: ``fn(nbytes, stream id)`` before a CUDA storage's malloc,
+#: raising for an allocation outside the graph's private pool, and ``fn(nbytes, sid, memory)``
+#: after it, so the graph keeps the memory (static addresses).
+_POOL_HOOK = None
+
+
+def _stream_of(allocator: CUDACachingAllocator, nbytes: int, stream: int | None) -> int:
+    """The stream a CUDA storage's block is for: ``stream``, or with ``None`` the current one
+    (``retorch.cuda.current_stream()``), so each stream has its own pool, as torch keys blocks
+    by stream (``BlockComparatorSize``). On a GPU, the first call makes ``record_stream``'s
+    events real ones (:func:`_insert_real_events`)."""
+    if stream is None:
+        from ..cuda_streams import current_stream
+
+        stream = current_stream().stream_id
+    if _POOL_HOOK is not None:
+        _POOL_HOOK(nbytes, stream)
+    if "insert_events" not in vars(allocator) and not _simulated_cuda():
+        allocator.insert_events = lambda block: _insert_real_events(allocator, block)
+    return stream
+
+
+def _kept_by_graph(memory):
+    if _POOL_HOOK is not None:
+        _POOL_HOOK(memory.shape[0], None, memory)
+    return memory
+
+
+def _simulated_cuda() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+class _RealEvent(Event):
+    """A model event with a real CUDA event behind it: done once ``cudaEventQuery`` says so."""
+
+    @property
+    def done(self) -> bool:
+        if not self.__dict__["done"] and self.handle.query():
+            self.__dict__["done"] = True
+        return self.__dict__["done"]
+
+    @done.setter
+    def done(self, value: bool) -> None:
+        self.__dict__["done"] = value
+
+
+def _insert_real_events(allocator: CUDACachingAllocator, block: Block) -> None:
+    """``insert_events`` on a GPU: the model's events, each with a real event recorded on its
+    stream now (``cudaEventRecord(*event, stream)``), which ``process_events`` queries."""
+    from ..cuda_streams import Event as CudaEvent
+    from ..cuda_streams import stream_by_id
+
+    streams = sorted(block.stream_uses)
+    CUDACachingAllocator.insert_events(allocator, block)
+    for stream in streams:
+        event = allocator.cuda_events[stream][-1][0]
+        event.__class__ = _RealEvent
+        event.handle = CudaEvent()
+        event.handle.record(stream_by_id(stream))
+
+
+def record_stream_of(tensor, stream_id: int) -> None:
+    """``CUDACachingAllocator::recordStream`` for a retorch CUDA tensor: its storage's block is
+    used on ``stream_id`` too (a no-op for memory the caching allocator did not hand out)."""
+    a = _settled()
+    block = a.allocated_blocks.get(int(tensor.untyped_storage().data_ptr()))
+    if block is not None:
+        a.record_stream(block, stream_id)
