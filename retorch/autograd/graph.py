@@ -23,6 +23,8 @@ from typing import Any, Callable, NamedTuple
 
 from torch.utils.hooks import RemovableHandle
 
+from retorch._torch_version import torch_has
+
 from . import _ops, anomaly_mode, grad_mode
 
 #: torch's ``at::sequence_number``: every new node takes the next one, so a later node has a
@@ -286,14 +288,20 @@ class SavedVariable:
         if version == self.saved_version:
             return
         what = f"[{_ops.type_name(data)} [{', '.join(map(str, data.shape))}]]"
-        if grad_fn_name is not None:
-            what += f", which is output {self.output_nr} of {_forward_name(grad_fn_name)},"
+        if grad_fn_name is not None:  # torch < 2.13 names the node itself (retorch._torch_version)
+            op = (
+                _forward_name(grad_fn_name)
+                if torch_has("inplace_error_names_forward_op")
+                else grad_fn_name
+            )
+            what += f", which is output {self.output_nr} of {op},"
         hint = (
             "Hint: the backtrace further above shows the operation that failed to compute its "
             "gradient. The variable in question was changed in there or anywhere later. Good luck!"
             if anomaly_mode._enabled
             else "Hint: enable anomaly detection to find the operation that failed to compute its "
-            "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False)."
+            "gradient, with torch.autograd.set_detect_anomaly("
+            + ("True, check_nan=False)." if torch_has("anomaly_hint_check_nan") else "True).")
         )
         raise RuntimeError(
             "one of the variables needed for gradient computation has been modified by an inplace "

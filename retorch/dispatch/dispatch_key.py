@@ -59,6 +59,42 @@ ALIASES = (
     "CompositeExplicitAutogradNonFunctional",
 )
 
+_FUNCTIONALITY_OF_PREFIX = {prefix: name for name, (_, prefix) in PER_BACKEND.items()}
+
+
+def torch_key_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(BACKENDS, FUNCTIONALITIES)`` as the running torch numbers them, read from the names
+    of its full key set (``torch._C._dispatch_keyset_full()`` lists every key, lowest bit
+    first: the Dense keys, which bear the backends' names, then each functionality, a
+    per-backend one as its runtime keys). torch adds keys between releases, so the enum below
+    and code that reads torch's raw bits (lab 5 on Colab's torch) take their layout from here;
+    on the torch this course pins it equals :data:`TORCH_2_13_LAYOUT` (tests check)."""
+    import torch
+
+    names = repr(torch._C._dispatch_keyset_full()).removeprefix("DispatchKeySet(")
+    names = names.removesuffix(")").split(", ")
+    dense = torch._C.DispatchKeySet(torch._C.DispatchKey.Dense).raw_repr()
+    backends = tuple(names[: dense.bit_length() - 1])  # the Dense bit sits above the backends
+    functionalities, i = ["Undefined", "Dense"], len(backends)
+    while i < len(names):
+        prefix = names[i].removesuffix(backends[0])
+        group = [prefix + b for b in backends]
+        if names[i] != prefix and names[i : i + len(backends)] == group:
+            functionalities.append(_FUNCTIONALITY_OF_PREFIX.get(prefix, prefix))
+            i += len(backends)
+        else:
+            functionalities.append(names[i])
+            i += 1
+    return backends, (*functionalities, "EndOfFunctionalityKeys")
+
+
+#: The layout above is torch 2.13's. torch adds, removes and reorders keys between releases
+#: (2.10 to 2.12 have ``Python`` below ``Fake`` and a ``Named`` functionality after
+#: ``Functionalize``, which moves every bit above it), so the enum is numbered as the running
+#: torch numbers its keys, read from that torch.
+TORCH_2_13_LAYOUT = (BACKENDS, FUNCTIONALITIES)
+BACKENDS, FUNCTIONALITIES = torch_key_layout()
+
 
 def _members() -> list[tuple[str, int]]:
     members = [(name, i) for i, name in enumerate(FUNCTIONALITIES)]
@@ -87,33 +123,6 @@ BackendComponent.__doc__ = "A device's bit in a key set (``c10::BackendComponent
 
 NUM_BACKENDS = len(BACKENDS)
 NUM_FUNCTIONALITY_KEYS = len(FUNCTIONALITIES) - 1  # EndOfFunctionalityKeys is an end marker
-_FUNCTIONALITY_OF_PREFIX = {prefix: name for name, (_, prefix) in PER_BACKEND.items()}
-
-
-def torch_key_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(BACKENDS, FUNCTIONALITIES)`` as the running torch numbers them, read from the names
-    of its full key set (``torch._C._dispatch_keyset_full()`` lists every key, lowest bit
-    first: the Dense keys, which bear the backends' names, then each functionality, a
-    per-backend one as its runtime keys). torch adds keys between releases, so code that reads
-    torch's raw bits (lab 5 on Colab's torch) takes its layout from here; on the torch this
-    course pins it equals :data:`BACKENDS` and :data:`FUNCTIONALITIES` (tests check)."""
-    import torch
-
-    names = repr(torch._C._dispatch_keyset_full()).removeprefix("DispatchKeySet(")
-    names = names.removesuffix(")").split(", ")
-    dense = torch._C.DispatchKeySet(torch._C.DispatchKey.Dense).raw_repr()
-    backends = tuple(names[: dense.bit_length() - 1])  # the Dense bit sits above the backends
-    functionalities, i = ["Undefined", "Dense"], len(backends)
-    while i < len(names):
-        prefix = names[i].removesuffix(backends[0])
-        group = [prefix + b for b in backends]
-        if names[i] != prefix and names[i : i + len(backends)] == group:
-            functionalities.append(_FUNCTIONALITY_OF_PREFIX.get(prefix, prefix))
-            i += len(backends)
-        else:
-            functionalities.append(names[i])
-            i += 1
-    return backends, (*functionalities, "EndOfFunctionalityKeys")
 
 
 def parse_dispatch_key(name: str | DispatchKey) -> DispatchKey:

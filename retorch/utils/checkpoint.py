@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import warnings
 
+import torch
+
+from retorch._torch_version import torch_has
 from retorch.autograd import Function, Tensor, backward, enable_grad, is_grad_enabled
 from retorch.autograd.graph import SavedVariable, saved_tensors_hooks
 
@@ -67,7 +70,12 @@ def _checkpoint_without_reentrant(function, *args, **kwargs):
         return function(*args, **kwargs)
     # The inputs are saved like any tensor saved for backward (so an in-place change to one is
     # caught); the recomputation runs on what they unpack to.
-    saved_args = [SavedVariable(a) if isinstance(a, Tensor) else a for a in args]
+    saved_args = []
+    if not torch_has("checkpoint_saves_inputs_directly"):
+        # torch < 2.12 saved them through ``_NoopSaveInputs.apply(dummy, kwargs, *args)``, whose
+        # save_for_backward packs an empty (0,) dummy first (retorch._torch_version)
+        saved_args.append(SavedVariable(Tensor(torch.empty((0,)), requires_grad=True)))
+    saved_args += [SavedVariable(a) if isinstance(a, Tensor) else a for a in args]
     num_saved = 0
     recomputed: dict = {}  # ticket -> tensor, filled by a recomputation, emptied by unpacking
 
@@ -79,6 +87,7 @@ def _checkpoint_without_reentrant(function, *args, **kwargs):
     def unpack(ticket: int):
         if ticket not in recomputed:  # the first unpack of this backward: rerun the function
             inputs = [a.unpack() if isinstance(a, SavedVariable) else a for a in saved_args]
+            inputs = inputs[len(inputs) - len(args) :]  # without the old dummy, if any
             recomputation: list = []
             with enable_grad(), saved_tensors_hooks(recomputation.append, lambda _: None):
                 function(*inputs, **kwargs)

@@ -7,6 +7,8 @@ import numbers
 import torch
 import torch.nn.functional as F
 
+from retorch._torch_version import torch_has
+
 from .. import init
 from ..parameter import Parameter
 from .module import Module
@@ -52,6 +54,9 @@ class LayerNorm(Module):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}, bias={use_bias}".format(
-            **self.__dict__, use_bias=self.bias is not None
+        out = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(
+            **self.__dict__
         )
+        if torch_has("layer_norm_repr_bias"):  # torch >= 2.12 adds it (retorch._torch_version)
+            out += f", bias={self.bias is not None}"
+        return out
