@@ -497,7 +497,9 @@ def binary_cuda(it, op, alpha):
         from . import cuda_vectorized  # launch_vectorized_kernel; False: vec_size 1
 
         if not cuda_vectorized.binary(it, op, alpha, n):
-            binary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, alpha, n)
+            launch(
+                binary_contiguous_kernel, *_unrolled_config(n), op, out, oo, a, ao, b, bo, alpha, n
+            )
         return
     _launch(binary_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides), alpha)
 
@@ -508,7 +510,7 @@ def compare_cuda(it, op):
     (out, a, b), (oo, ao, bo), shape, strides = it.kernel_args()
     n = it.numel()
     if _contiguous(shape, strides, n):
-        compare_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, b, bo, n)
+        launch(compare_contiguous_kernel, *_unrolled_config(n), op, out, oo, a, ao, b, bo, n)
         return
     _launch(compare_kernel, n, op, out, oo, a, ao, b, bo, *by_value(shape, strides))
 
@@ -522,7 +524,7 @@ def unary_cuda(it, op):
         from . import cuda_vectorized
 
         if not cuda_vectorized.unary(it, op, n):
-            unary_contiguous_kernel[_unrolled_config(n)](op, out, oo, a, ao, n)
+            launch(unary_contiguous_kernel, *_unrolled_config(n), op, out, oo, a, ao, n)
         return
     _launch(unary_kernel, n, op, out, oo, a, ao, *by_value(shape, strides))
 
@@ -541,7 +543,7 @@ def copy_cuda(it):
     (out, a), (oo, ao), shape, strides = it.kernel_args()
     n = it.numel()
     if _contiguous(shape, strides, n):
-        copy_contiguous_kernel[_unrolled_config(n)](out, oo, a, ao, n)
+        launch(copy_contiguous_kernel, *_unrolled_config(n), out, oo, a, ao, n)
         return
     _launch(copy_kernel, n, out, oo, a, ao, *by_value(shape, strides))
 
@@ -578,16 +580,16 @@ def _flat(t):
 def sum_cuda(x, out, outer, inner):
     check_dtype("sum", x.dtype)
     blocks = 1 if rcuda.simulator_enabled() else min(outer, 65535)
-    sum_rows_kernel[blocks, reduce_threads(inner)](
-        _flat(x), _flat(out), outer, inner, x.dtype.np.type(0)
-    )
+    threads = reduce_threads(inner)
+    args = (_flat(x), _flat(out), outer, inner, x.dtype.np.type(0))
+    launch(sum_rows_kernel, blocks, threads, *args)
 
 
 @stub("max").register("cuda")
 def max_cuda(x, values, indices, outer, inner):
     check_dtype("max", x.dtype)
     blocks, threads = launch_config(outer)
-    max_rows_kernel[blocks, threads](_flat(x), _flat(values), _flat(indices), outer, inner)
+    launch(max_rows_kernel, blocks, threads, _flat(x), _flat(values), _flat(indices), outer, inner)
 
 
 #: Which CUDA matmul kernel ``bmm`` launches: "naive", "tiled" (shared memory),
@@ -629,4 +631,4 @@ def bmm_cuda(a, b, out):
     C = _flat(out).reshape(batch, m, n)
     for p in range(0, batch, MAX_GRID_Z):  # one launch, unless the batch outgrows grid z
         q = min(batch, p + MAX_GRID_Z)
-        k_[(*grid, q - p), block](A[p:q], B[p:q], C[p:q], zero)
+        launch(k_, (*grid, q - p), block, A[p:q], B[p:q], C[p:q], zero)
