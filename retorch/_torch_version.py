@@ -19,7 +19,7 @@ import torch
 CHANGES = {
     "anomaly_hint_check_nan": (
         (2, 11),
-        "the in-place error's hint names set_detect_anomaly(True, check_nan=False), was (True)",
+        "the in-place error's hint says set_detect_anomaly(True, check_nan=False), was (True)",
         "torch/csrc/autograd/saved_variable.cpp",
     ),
     "layer_norm_repr_bias": (
@@ -29,13 +29,13 @@ CHANGES = {
     ),
     "checkpoint_saves_inputs_directly": (
         (2, 12),
-        "use_reentrant=False saves its inputs with _make_saved_tensor; before, through "
-        "_NoopSaveInputs with an empty (0,) dummy tensor first",
+        # before: _NoopSaveInputs.apply(dummy, kwargs, *args) saved them; now _make_saved_tensor
+        "use_reentrant=False packs only its inputs; before, an empty (0,) dummy first",
         "torch/utils/checkpoint.py",
     ),
     "inplace_error_names_forward_op": (
         (2, 13),
-        "the in-place error names the op (output 0 of Add), was the node (of AddBackward0)",
+        "the in-place error says grad_fn->forward_op_name() (Add), was name() (AddBackward0)",
         "torch/csrc/autograd/saved_variable.cpp",
     ),
 }
