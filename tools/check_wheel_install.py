@@ -15,6 +15,10 @@ package passes them and fails for a student. This check:
 
     python tools/check_wheel_install.py                       # every chapter and solution
     python tools/check_wheel_install.py notebooks/02_optim.ipynb  # some
+    python tools/check_wheel_install.py --python /tmp/venv-torch/bin/python  # another torch
+
+``--python`` names the interpreter of another venv (with another torch, as a student's runtime
+has): its packages come first in the throwaway venv, the .venv's after (numba, nbclient...).
 """
 
 from __future__ import annotations
@@ -71,8 +75,9 @@ def build_wheel(tmp: Path) -> Path:
     return next(out.glob("retorch-*.whl"))
 
 
-def make_venv(tmp: Path, wheel: Path) -> Path:
-    """A venv that imports the .venv's packages, and retorch only from ``wheel``."""
+def make_venv(tmp: Path, wheel: Path, first: Path | None = None) -> Path:
+    """A venv that imports the .venv's packages, and retorch only from ``wheel``; with
+    ``first`` (another venv's python), that venv's packages before the .venv's."""
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -85,7 +90,15 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
     ours = Path(sysconfig.get_paths()["purelib"])
     # sorts first, so the .pth files copied below find their modules (numba-cuda's redirects
     # numba.cuda to numba_cuda); the editable install's are left behind: retorch is the wheel's
-    Path(site, "00_course_venv.pth").write_text(f"{ours}\n")
+    theirs = ""
+    if first is not None:
+        theirs = subprocess.run(
+            [first, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    Path(site, "00_course_venv.pth").write_text(f"{theirs}{ours}\n")
     for pth in ours.glob("*.pth"):
         if not pth.name.startswith("__editable__"):
             shutil.copy2(pth, Path(site, pth.name))
@@ -124,6 +137,7 @@ def run(python: Path, notebook: Path, tmp: Path) -> tuple[bool, str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every chapter, solution")
+    parser.add_argument("--python", type=Path, help="another venv's python: its torch first")
     args = parser.parse_args()
     notebooks = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
         (ROOT / "solutions").glob("*.ipynb")
@@ -132,8 +146,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="wheel-install-") as name:
         tmp = Path(name)
         wheel = build_wheel(tmp)
-        python = make_venv(tmp, wheel)
+        python = make_venv(tmp, wheel, args.python)
         print(f"{wheel.name} installed alone in a throwaway venv; each notebook in its own folder")
+        if args.python:
+            torch = subprocess.run(
+                [python, "-c", "import torch; print(torch.__version__, torch.__file__)"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            print(f"torch {torch}")
         for nb in notebooks:
             ok, said, seconds = run(python, nb.resolve(), tmp)
             rel = nb.resolve().relative_to(ROOT)
