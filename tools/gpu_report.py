@@ -48,6 +48,7 @@ NOTEBOOKS = [
     "notebooks/02_optim.ipynb",
     "notebooks/04_tensor.ipynb",
     "notebooks/06b_codegen.ipynb",
+    "notebooks/08c_streams.ipynb",  # the record_stream race and stream timeline on a GPU
 ]
 # Test files that exercise retorch's CUDA code (the rest run on the CPU only).
 TESTS = [
@@ -61,6 +62,8 @@ TESTS = [
     "tests/test_optim_multi_tensor.py",  # its PTX; the rest reruns with the simulator on
     "tests/test_cuda_ptr.py",
     "tests/test_cuda_vector.py",
+    "tests/test_cuda_streams.py",  # streams, events, record_stream with real events
+    "tests/test_cuda_graphs.py",
 ]
 
 
