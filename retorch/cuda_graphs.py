@@ -2,7 +2,8 @@
 
 Mirrors ``torch/cuda/graphs.py`` (``CUDAGraph`` with ``capture_begin`` / ``capture_end`` /
 ``replay`` / ``reset`` / ``pool``, and the ``graph()`` context) and the capture rules that
-``aten/src/ATen/cuda/CUDAGraph.cpp`` and ``c10/cuda/CUDACachingAllocator.cpp`` enforce.
+torch's ``CUDAGraph`` (its C++ half, ``torch._C._CUDAGraph``) and
+``c10/cuda/CUDACachingAllocator.cpp`` enforce.
 
 What a CUDA graph is to the host: the list of launches (kernel, grid, block, device
 arguments) made while capturing, replayed later with no Python op, dispatcher or autograd

@@ -189,9 +189,9 @@ class StreamContext:
             _local.stream = self.prev
 
 
-def stream(stream: Stream | None) -> StreamContext:
-    """``torch.cuda.stream(s)``: ``with stream(s):`` launches every kernel and copy on ``s``."""
-    return StreamContext(stream)
+#: ``torch.cuda.stream(s)``: ``with stream(s):`` launches every kernel and copy on ``s`` (torch's
+#: function returns ``StreamContext(s)``; here it is the class itself, called the same way).
+stream = StreamContext
 
 
 def synchronize(device=None) -> None:
