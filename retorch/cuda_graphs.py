@@ -131,7 +131,11 @@ class graph:
         synchronize()  # torch.cuda.synchronize() and empty_cache before capture, as torch's
         self.ctx = stream(self.capture_stream)
         self.ctx.__enter__()
-        self.cuda_graph.capture_begin()
+        try:
+            self.cuda_graph.capture_begin()
+        except BaseException:  # the block never runs: put the previous stream back now
+            self.ctx.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc) -> None:
         try:

@@ -45,6 +45,7 @@ def retorch_arrays():
     ra.set_array_backend("retorch")
 
 
+@pytest.mark.slow  # about 30 s of simulated kernels; make unit runs it, chapter 8c shows it
 def test_replay_equals_the_eager_step_bit_for_bit():
     data, lrs = batches(6), [0.1, 0.05, 0.05, 0.02, 0.02, 0.01]
     eager = model()
@@ -134,3 +135,4 @@ def test_replay_without_capture_and_a_second_capture_raise():
     with pytest.raises(RuntimeError, match="already owns a captured graph"):
         with rc.graph(g):
             pass
+    assert rc.current_stream() == rc.default_stream()  # the failed capture left no stream set
