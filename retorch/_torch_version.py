@@ -33,6 +33,11 @@ CHANGES = {
         "use_reentrant=False packs only its inputs; before, an empty (0,) dummy first",
         "torch/utils/checkpoint.py",
     ),
+    "exclude_guard_restores_set": (
+        (2, 12),
+        "leaving an ExcludeDispatchKeyGuard(AutogradCPU) restores the excluded set; was: CPUBit left",
+        "c10/core/impl/LocalDispatchKeySet.cpp",
+    ),
     "inplace_error_names_forward_op": (
         (2, 13),
         "the in-place error says grad_fn->forward_op_name() (Add), was name() (AddBackward0)",

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import threading
 
+from retorch._torch_version import torch_has
+
 from .dispatch_key import DispatchKey
 from .dispatch_key_set import DispatchKeySet, default_excluded_set, default_included_set
 
@@ -65,11 +67,15 @@ class ExcludeDispatchKeyGuard:
 
     def __enter__(self):
         self._saved = _tls.excluded
+        self._delta = self.keys - self._saved  # what the guard adds (torch < 2.12 kept this)
         _tls.excluded = self._saved | self.keys
         return self
 
     def __exit__(self, *exc) -> None:
-        _tls.excluded = self._saved
+        if torch_has("exclude_guard_restores_set"):
+            _tls.excluded = self._saved
+        else:  # subtracting keeps backend bits: a guard on AutogradCPU leaves CPUBit excluded
+            _tls.excluded = _tls.excluded - self._delta
 
 
 class ForceDispatchKeyGuard:
