@@ -161,3 +161,21 @@ def test_each_stream_has_its_own_pool():
     with rc.stream(side):
         z = rt.empty(1024, dtype=rt.float32, device="cuda")
     assert z.data_ptr() == ptr
+
+
+def test_memory_history_pairs_every_free_with_its_alloc():
+    a = cuda_tensor(np.arange(64))
+    with allocator.record_memory_history() as history:
+        b = a * 2
+        c = (b + 1).sum()
+        del b
+    live = {}
+    for kind, ptr, size in history:
+        if kind == "alloc":
+            assert ptr not in live
+            live[ptr] = size
+        else:
+            assert live.pop(ptr) == size
+    assert [k for k, _, _ in history].count("alloc") >= 3
+    assert list(live.values()) == [allocator._settled().allocated_blocks[c.data_ptr()].size]
+    assert "malloc" not in vars(allocator._settled())  # the logging is undone

@@ -1243,3 +1243,75 @@ def record_stream_of(tensor, stream_id: int) -> None:
     block = a.allocated_blocks.get(int(tensor.untyped_storage().data_ptr()))
     if block is not None:
         a.record_stream(block, stream_id)
+
+
+# -- memory in practice: the history of retorch's CUDA storages, drawn as torch's viewer does --
+import contextlib  # noqa: E402  (here, not at the top: chapter 4 lists the lines above)
+
+
+@contextlib.contextmanager
+def record_memory_history():
+    """``torch.cuda.memory._record_memory_history`` for retorch's CUDA tensors: yields a list
+    that receives ``("alloc", ptr, size)`` and ``("free", ptr, size)`` for each block the caching
+    allocator hands out or takes back inside the block, in order. Garbage collection of cycles
+    is paused meanwhile, so the history is the same on every run."""
+    a = cuda_caching_allocator()
+    history: list[tuple[str, int, int]] = []
+    malloc, free = a.malloc, a.free
+
+    def logged_malloc(size: int, stream: int = 0) -> Block:
+        block = malloc(size, stream)
+        history.append(("alloc", block.ptr, block.size))
+        return block
+
+    def logged_free(block) -> None:
+        ptr = block if isinstance(block, int) else block.ptr
+        size = a.allocated_blocks[ptr].size
+        free(block)
+        history.append(("free", ptr, size))
+
+    gc.collect()
+    _storage_allocate.settle()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    a.malloc, a.free = logged_malloc, logged_free
+    try:
+        yield history
+        _storage_allocate.settle()
+    finally:
+        del a.malloc, a.free
+        if was_enabled:
+            gc.enable()
+
+
+def plot_active_memory(history, ax=None, title: str | None = None):
+    """The "Active Memory Timeline" of torch's memory viewer (``torch/cuda/_memory_viz.py``):
+    each live block a band, stacked in the order the blocks were allocated; a free drops the
+    bands above it down. x: the history's events, y: KiB."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 2.6))
+    live: list[tuple[int, int]] = []  # (ptr, size), oldest first
+    bands: dict[tuple[int, int], list] = {}  # (ptr, first event) -> [(x, bottom, size)]
+    first: dict[int, int] = {}
+    for x, (kind, ptr, size) in enumerate(history):
+        if kind == "alloc":
+            live.append((ptr, size))
+            first[ptr] = x
+        else:
+            live.remove((ptr, size))
+        bottom = 0
+        for p, s in live:
+            bands.setdefault((p, first[p]), []).append((x, bottom, s))
+            bottom += s
+    for i, points in enumerate(bands.values()):
+        xs = [p[0] for p in points]
+        lo = [p[1] / 1024 for p in points]
+        hi = [(p[1] + p[2]) / 1024 for p in points]
+        ax.fill_between(xs, lo, hi, step="post", color=plt.cm.tab20(i % 20), lw=0)
+    ax.set_xlabel("allocator event")
+    ax.set_ylabel("KiB allocated")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
