@@ -37,6 +37,7 @@ from __future__ import annotations
 from numba import cuda, float32, uint64
 
 from .. import cuda as rcuda
+from ..cuda_launch import launch
 from ..cuda_ptr import aligned, load4, store4
 from . import cuda_kernels as ck
 
@@ -212,20 +213,19 @@ def sgemm(a, b, rung: str, c=None):
     rung = resolved(rung, a, b, c)
     zero = a.dtype.type(0)
     if rung == "uncoalesced":
-        sgemm_uncoalesced_kernel[(-(-m // EDGE), -(-n // EDGE)), (EDGE, EDGE)](a, b, c)
+        launch(sgemm_uncoalesced_kernel, (-(-m // EDGE), -(-n // EDGE)), (EDGE, EDGE), a, b, c)
     elif rung in ("coalesced", "smem"):
         kernel = ck.mm_naive_kernel if rung == "coalesced" else ck.mm_tiled_kernel
         grid = (-(-n // ck.TILE), -(-m // ck.TILE), 1)
-        kernel[grid, (ck.TILE, ck.TILE)](a.reshape(1, m, k), b.reshape(1, k, n),
-                                         c.reshape(1, m, n), zero)  # fmt: skip
+        launch(kernel, grid, (ck.TILE, ck.TILE), a.reshape(1, m, k), b.reshape(1, k, n),
+               c.reshape(1, m, n), zero)  # fmt: skip
     elif rung == "blocktile_1d":
-        sgemm_blocktile1d_kernel[(-(-n // BN1), -(-m // BM1)), THREADS_1D](a, b, c)
+        launch(sgemm_blocktile1d_kernel, (-(-n // BN1), -(-m // BM1)), THREADS_1D, a, b, c)
     elif rung == "blocktile_2d":
         grid = (-(-n // BN), -(-m // BM), 1)
-        ck.mm_regtile_kernel[grid, THREADS_2D](a.reshape(1, m, k), b.reshape(1, k, n),
-                                               c.reshape(1, m, n), zero)  # fmt: skip
+        launch(ck.mm_regtile_kernel, grid, THREADS_2D, a.reshape(1, m, k), b.reshape(1, k, n),
+               c.reshape(1, m, n), zero)  # fmt: skip
     else:
-        sgemm_vectorized_kernel[(-(-n // BN), -(-m // BM)), THREADS_2D](
-            a.reshape(-1), b.reshape(-1), c.reshape(-1), m, n, k
-        )
+        launch(sgemm_vectorized_kernel, (-(-n // BN), -(-m // BM)), THREADS_2D,
+               a.reshape(-1), b.reshape(-1), c.reshape(-1), m, n, k)  # fmt: skip
     return c
