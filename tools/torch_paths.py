@@ -41,6 +41,7 @@ READ_IN_SOURCE = {
     "aten/src/ATen/cuda/CUDAContext.cpp": "getDeviceProperties caches cudaDeviceProp per device",
     "aten/src/ATen/native/cuda/Blas.cpp": "addmm_out_cuda_impl (cuBLAS gemm)",
     "c10/cuda/CUDACachingAllocator.cpp": "DeviceCachingAllocator, round_size, BlockPool",
+    "c10/core/impl/LocalDispatchKeySet.cpp": "ExcludeDispatchKeyGuard's constructor/destructor",
     "torch/csrc/cuda/Module.cpp": "_cuda_memoryStats, memory_snapshot bindings",
     "torch/csrc/fx/node.cpp": "C++ map_aggregate/Node helpers of torch.fx (2.13)",
 }
@@ -87,7 +88,8 @@ def _in_wheel(path: str) -> str | None:
         return "so" if fnmatch.filter(compiled_files(), path) else None
     if path.startswith("torch/") and (site / path).exists():
         return "py"
-    for prefix, shipped in [("aten/src/", ""), ("c10/", "c10/"), ("torch/csrc/", "torch/csrc/")]:
+    for prefix, shipped in [("aten/src/", ""), ("c10/", "c10/"), ("torch/csrc/", "torch/csrc/"),
+                            ("torch/headeronly/", "torch/headeronly/")]:  # fmt: skip
         if (
             path.startswith(prefix)
             and (torch_dir / "include" / shipped).joinpath(path.removeprefix(prefix)).exists()

@@ -248,8 +248,8 @@ IMPLICIT = {
     "reshape": _reshape,
     # SoftMax.cpp's softmax(input, dim, dtype): the input converted to dtype first when given
     "softmax.int": lambda self, dim, dtype=None: ops.aten._softmax(_as(self, dtype), dim, False),
-    "log_softmax.int": lambda self, dim, dtype=None: (
-        ops.aten._log_softmax(_as(self, dtype), dim, False)
+    "log_softmax.int": lambda self, dim, dtype=None: ops.aten._log_softmax(
+        _as(self, dtype), dim, False
     ),
     "nll_loss": lambda self, target, weight=None, reduction=1, ignore_index=-100: (
         ops.aten.nll_loss_forward(self, target, weight, reduction, ignore_index)[0]
