@@ -92,17 +92,22 @@ def test_capture_on_the_default_stream_raises():
     assert not rc.is_current_stream_capturing()
 
 
-@pytest.mark.parametrize("sync", ["device", "stream", "event"])
+@pytest.mark.parametrize("sync", ["device", "stream", "event", "item", "cpu"])
 def test_host_synchronisation_during_capture_raises(sync):
     g, s = rc.CUDAGraph(), rc.Stream()
+    x = rt.ones(2, dtype=rt.float32, device="cuda")
     with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
         with rc.graph(g, stream=s):
             if sync == "device":
                 rc.synchronize()
             elif sync == "stream":
                 s.synchronize()
-            else:
+            elif sync == "event":
                 s.record_event().synchronize()
+            elif sync == "item":  # a value read on the host waits for the device
+                x.sum().item()
+            else:
+                x.cpu()
     assert not rc.is_current_stream_capturing() and rc.current_stream() == rc.default_stream()
 
 

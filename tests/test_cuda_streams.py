@@ -119,7 +119,7 @@ def test_record_stream_holds_the_block_until_the_stream_is_done():
     side = rc.Stream()
     with rc.stream(side):
         _ = x * 2  # side reads x
-    rc.record_stream(x, side)
+    x.record_stream(side)  # (Tensor.record_stream, as torch's; rc.record_stream(x, side) too)
     del x
     gc.collect()
     a = allocator._settled()

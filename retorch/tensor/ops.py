@@ -353,6 +353,10 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
         return out
     if device == x.device:
         return copy_(empty_like(x, dtype=dtype), x)
+    if x.device == "cuda":  # the host waits for the device: refused while a graph captures
+        from retorch.cuda_graphs import check_not_capturing
+
+        check_not_capturing(f"a copy to {device}")
     out = empty_like(x, dtype=dtype, device=device)
     if x.numel() == 0:
         return out

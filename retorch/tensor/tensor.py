@@ -334,3 +334,15 @@ def _wrap(value, like):
     if isinstance(value, Tensor):
         return value
     return scalar_tensor(value, wrapped=True)
+
+
+def _record_stream(self, stream) -> None:
+    """``Tensor.record_stream(stream)``: this tensor's memory is in use on ``stream`` too; the
+    caching allocator reuses its block only after ``stream``'s work up to now has completed
+    (``retorch.cuda_streams.record_stream``, ``CUDACachingAllocator::recordStream``)."""
+    from retorch.cuda_streams import record_stream
+
+    record_stream(self, stream)
+
+
+Tensor.record_stream = _record_stream
