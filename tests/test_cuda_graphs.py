@@ -42,7 +42,9 @@ def batches(n, seed=1):
 
 @pytest.fixture(autouse=True)
 def retorch_arrays():
-    ra.set_array_backend("retorch")
+    previous = ra.set_array_backend("retorch")
+    yield
+    ra.set_array_backend(previous)  # (left set, it changed the backend of every later test)
 
 
 @pytest.mark.slow  # about 30 s of simulated kernels; make unit runs it, chapter 8c shows it
