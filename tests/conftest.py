@@ -61,3 +61,20 @@ def pytest_pyfunc_call(pyfuncitem):
             pytrace=False,
         )
     return True
+
+
+@pytest.fixture(autouse=True)
+def _array_backend_restored(request):
+    """Chapter 3's array backend is process-wide: a test that leaves it on "retorch" changes
+    every later test (test_tensor_autograd asserts "torch" at its start). Restore it after
+    each test, and name the test that left it changed in a warning, so the leak is found."""
+    import warnings
+
+    from retorch.autograd.backend import get_array_backend, set_array_backend
+
+    before = get_array_backend()
+    yield
+    after = get_array_backend()
+    if after != before:
+        set_array_backend(before)
+        warnings.warn(f"{request.node.nodeid} left chapter 3's array backend on {after!r}")
