@@ -113,6 +113,7 @@ def fresh_block(nbytes=4096):
     return rt.empty(nbytes // 4, dtype=rt.float32, device="cuda")
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 def test_record_stream_holds_the_block_until_the_stream_is_done():
     x = fresh_block()
     ptr = x.data_ptr()
@@ -135,6 +136,7 @@ def test_record_stream_holds_the_block_until_the_stream_is_done():
     assert z.data_ptr() == ptr and not a.cuda_events
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 def test_without_record_stream_the_block_is_reused_at_once():
     x = fresh_block()
     ptr = x.data_ptr()
@@ -147,6 +149,7 @@ def test_without_record_stream_the_block_is_reused_at_once():
     assert y.data_ptr() == ptr  # the race: side may still be reading these bytes on a GPU
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 def test_each_stream_has_its_own_pool():
     side = rc.Stream()
     gc.collect()
@@ -163,6 +166,7 @@ def test_each_stream_has_its_own_pool():
     assert z.data_ptr() == ptr
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 def test_memory_history_pairs_every_free_with_its_alloc():
     a = cuda_tensor(np.arange(64))
     with allocator.record_memory_history() as history:

@@ -624,6 +624,7 @@ def mlp_training_step():
     return step
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 def test_recorded_training_step_is_deterministic_and_well_formed():
     step = mlp_training_step()
     first, second = record_trace(step), record_trace(step)
@@ -929,6 +930,7 @@ def test_the_oom_retry_frees_pending_blocks():
     assert stat(alloc, "num_alloc_retries") == 1 and y.size == 40 * MiB
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(

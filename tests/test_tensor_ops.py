@@ -413,6 +413,7 @@ def test_softmax_and_log_softmax(dtype):
     assert outcome(lambda: rt.log_softmax(i, 0)) == outcome(lambda: torch.log_softmax(ti, 0))
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 @given(
     rows=st.integers(1, 6), n=st.integers(1, 40), dtype=st.sampled_from(["float32", "float64"]),
     special=st.sampled_from([None, "nan", "inf", "-inf row", "large"]), transposed=st.booleans(),
@@ -532,6 +533,7 @@ def test_matmul(sa, sb, dtype):
         check(a.t().t() @ b, ta @ tb, rtol=SUM_RTOL[dtype], atol=1e-5)
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 @given(
     m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), batch=st.integers(1, 3),
     a_perm=st.permutations([0, 1, 2]), b_perm=st.permutations([0, 1, 2]),

@@ -178,6 +178,7 @@ AS_TORCH_2_10 = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # (seconds: make unit runs it, check-fast stays under a minute)
 def test_key_set_bits_follow_an_older_layout():
     out = subprocess.run(
         [sys.executable, "-c", AS_TORCH_2_10], capture_output=True, text=True, check=True
