@@ -353,8 +353,8 @@ def plot_bench(
     cases = list(dict.fromkeys(r["case"] for r in data["rows"]))
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
     value = {(r["case"], r["impl"]): r["value"] for r in data["rows"]}
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.6))
+    if ax is None:  # horizontal: the case names stay inside the 8 inches (its text keeps its size)
+        _, ax = plt.subplots(figsize=(8, 3.6), layout="constrained" if horizontal else None)
     width = 0.8 / len(impls)
     bars = ax.barh if horizontal else ax.bar
     for j, impl in enumerate(impls):
@@ -368,15 +368,22 @@ def plot_bench(
         ax.invert_yaxis()  # the first case on top
         ax.set_xlabel(label)
     else:
-        labels = [textwrap.fill(c, 11) for c in cases]  # long case names on several lines
+        labels = [
+            textwrap.fill(c, 11, break_long_words=False) for c in cases
+        ]  # long case names on several lines
         ax.set_xticks(ticks, labels, fontsize=8)
-        ax.set_ylabel(label)
+        ax.set_ylabel(textwrap.fill(label, 40))  # a long unit on two lines, not past the top
     if data.get("log", True) if log is None else log:
+        from matplotlib.ticker import LogFormatter
+
         (ax.set_xscale if horizontal else ax.set_yscale)("log")
+        axis = ax.xaxis if horizontal else ax.yaxis  # plain numbers: "3" is narrower than 3x10^0
+        axis.set_major_formatter(LogFormatter())
+        axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
     where = data["device"] if data.get("device") else data["machine"]
     note = torch_note(data)
     ax.set_title(
-        f"{data['title']}\n{where}, measured at commit {data.get('commit', '?')}"
+        f"{textwrap.fill(data['title'], 70)}\n{where}, measured at commit {data.get('commit', '?')}"
         + (f"\n{note}" if note else ""),
         fontsize=10,
     )
