@@ -41,7 +41,7 @@ def _retorch_step_fns(batch: int, width: int):
     import retorch.cuda as rc
     import retorch.tensor as rt
 
-    ra.set_array_backend("retorch")
+    # the callers switch chapter 3's array backend to retorch for as long as they time
     rng = np.random.default_rng(0)
 
     def dev(a):
@@ -70,15 +70,17 @@ def _retorch_step_fns(batch: int, width: int):
 
 
 def run(quick: bool = False) -> dict:
+    import retorch.autograd as ra
     import retorch.cuda as rcuda
 
-    fns, sync = _retorch_step_fns(batch=2, width=4)
-    rounds, per = (3, 1) if quick else (9, 3)
-    rows = [
-        {"case": f"MLP training step, {case} (ms host time per step)", "impl": "retorch",
-         "value": value}
-        for case, value in _median(fns, rounds, per, sync).items()
-    ]  # fmt: skip
+    with ra.array_backend("retorch"):  # switched back afterwards (it is process-wide)
+        fns, sync = _retorch_step_fns(batch=2, width=4)
+        rounds, per = (3, 1) if quick else (9, 3)
+        rows = [
+            {"case": f"MLP training step, {case} (ms host time per step)", "impl": "retorch",
+             "value": value}
+            for case, value in _median(fns, rounds, per, sync).items()
+        ]  # fmt: skip
     return {
         "name": "cuda_graphs",
         "title": "Host time per training step: eager against a CUDA graph's replay "
@@ -95,7 +97,14 @@ def run_gpu(quick: bool = False) -> dict:
     warm-up on a side stream, capture, copy inputs into the static tensors, replay)."""
     import torch
 
+    import retorch.autograd as ra
+
     batch, width = (64, 256) if quick else (64, 1024)
+    with ra.array_backend("retorch"):  # switched back afterwards (it is process-wide)
+        return _run_gpu(torch, batch, width, quick)
+
+
+def _run_gpu(torch, batch: int, width: int, quick: bool) -> dict:
     fns, rsync = _retorch_step_fns(batch, width)
     torch.manual_seed(0)
     dev = "cuda"
