@@ -8,7 +8,7 @@ samples are interleaved and the median is stored. Under the simulator the kernel
 run on the host too, so ``run`` measures retorch only and its replay still includes the
 simulated kernels; ``run_gpu`` times the same step in retorch and in torch
 (``torch.cuda.CUDAGraph``) on a GPU, where a replay's host time is the launches alone (torch:
-one ``cudaGraphLaunch``). Written for the lead to run; not run here to store results.
+one ``cudaGraphLaunch``).
 """
 
 from __future__ import annotations
