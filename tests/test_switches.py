@@ -54,11 +54,6 @@ def test_factories_and_python_floats_follow_the_default_dtype(d, case):
         retorch.set_default_dtype(torch.float32)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, reported: retorch.tensor.tensor(1.5, dtype="
-    "float16) has shape (1,), torch's (); tensor_factories.tensor's half branch",
-)
 @pytest.mark.parametrize("d", [torch.float16, torch.bfloat16])
 def test_a_half_scalar_tensor_has_no_dims(d):
     assert list(rt.tensor(1.5, dtype=d).shape) == list(torch.tensor(1.5, dtype=d).shape) == []

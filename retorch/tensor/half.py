@@ -122,7 +122,7 @@ def to_storage(values, d) -> np.ndarray:
     values = np.asarray(values)
     if not is_half(d):
         return values.astype(d.np)
-    return from_float32(values.astype(_F32), d).view(d.np)
+    return from_float32(values.astype(_F32), d).view(d.np).reshape(values.shape)  # 0-dim stays
 
 
 def tensor_from_bits(bits, d):
