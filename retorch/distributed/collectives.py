@@ -181,3 +181,35 @@ def tree_broadcast_bytes(nbytes: int, world_size: int, rank: int, src: int = 0) 
             children += 1
         mask *= 2
     return children * nbytes
+
+
+# ---- for chapter 7b's DTensor: scatter and all-to-all from the same messages -------------
+
+
+def scatter(output: torch.Tensor, scatter_list: list[torch.Tensor] | None, src: int = 0,
+            group=None) -> torch.Tensor:  # fmt: skip
+    """``output`` = ``scatter_list[rank]`` of group rank ``src`` (``torch.distributed.scatter``):
+    the source sends one message to each other rank."""
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    if rank == src:
+        if scatter_list is None or len(scatter_list) != n:
+            raise ValueError(f"scatter: the source needs a list of {n} tensors, one per rank")
+        for r in range(n):
+            if r != src:
+                _exchange(scatter_list[r], r, output[:0], rank, group)
+        output.copy_(scatter_list[src])
+    else:
+        _exchange(output[:0], rank, output, src, group)
+    return output
+
+
+def all_to_all(output: list[torch.Tensor], input: list[torch.Tensor], group=None) -> list:
+    """``output[r]`` = rank r's ``input[rank]`` (``torch.distributed.all_to_all``): in round k
+    each rank sends to the rank k to its right and receives from the rank k to its left, so
+    n-1 rounds move every chunk once (gloo's ``alltoall`` does the same pairwise exchange)."""
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    output[rank].copy_(input[rank])
+    for k in range(1, n):
+        dst, src = (rank + k) % n, (rank - k) % n
+        _exchange(input[dst], dst, output[src], src, group)
+    return output

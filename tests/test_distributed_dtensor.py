@@ -1,0 +1,236 @@
+"""retorch.distributed's DeviceMesh and DTensor against torch's, on gloo with 2 and 4 ranks.
+
+Every case runs both libraries in the same processes on the same data and compares, per
+rank: the mesh's groups and coordinates; after each redistribution the placements, the local
+piece (shape and values) and the collectives issued (torch's ``CommDebugMode`` counts beside
+retorch's). The values are small integers in float32, so every sum is exact in any order and
+the pieces are compared exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retorch.distributed.launch import WorkerFailed, launch
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _libs():
+    import torch.distributed.tensor as tdt
+    from torch.distributed.device_mesh import init_device_mesh as t_init
+    from torch.distributed.tensor.debug import CommDebugMode as TComm
+
+    import retorch.distributed.tensor as rdt
+    from retorch.distributed.device_mesh import init_device_mesh as r_init
+    from retorch.distributed.tensor.debug import CommDebugMode as RComm
+
+    return {"torch": (tdt, t_init, TComm), "retorch": (rdt, r_init, RComm)}
+
+
+def _placements(lib, names):
+    """("S0", "R", "Psum") -> the library's placement objects."""
+    out = []
+    for n in names:
+        if n == "R":
+            out.append(lib.Replicate())
+        elif n.startswith("S"):
+            out.append(lib.Shard(int(n[1:])))
+        else:
+            out.append(lib.Partial(n[1:]))
+    return out
+
+
+def _counts(mode) -> dict[str, int]:
+    return {str(k): v for k, v in mode.get_comm_counts().items()}
+
+
+def _run_chains(rank: int, world: int, mesh_shape, chains) -> list:
+    """For each chain (shape, seed, src, [dst, ...]): both libraries' records, step by step."""
+    records = []
+    libs = _libs()
+    meshes = {name: init("cpu", mesh_shape) for name, (_, init, _) in libs.items()}
+    for shape, seed, src, dsts in chains:
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(-8, 8, shape, generator=g).float()
+        chain = {}
+        for name, (lib, _, Comm) in libs.items():
+            mesh, steps = meshes[name], []
+            with Comm() as mode:
+                if any(p.startswith("P") for p in src):  # each rank holds a term
+                    local = x * (rank + 1)
+                    for i, p in enumerate(src):
+                        if p.startswith("S"):
+                            c = mesh.get_coordinate()[i]
+                            local = torch.chunk(local, mesh.size(i), dim=int(p[1:]))[c]
+                    d = lib.DTensor.from_local(local.contiguous(), mesh,
+                                               _placements(lib, src), shape=x.shape,
+                                               stride=x.stride())  # fmt: skip
+                else:
+                    d = lib.distribute_tensor(x.clone(), mesh, _placements(lib, src))
+            steps.append((src, _counts(mode), d.to_local().clone()))
+            for dst in dsts:
+                try:
+                    with Comm() as mode:
+                        d = d.redistribute(mesh, _placements(lib, dst))
+                    steps.append((dst, _counts(mode), d.to_local().clone()))
+                except Exception as e:  # noqa: BLE001 - the error is what is compared
+                    steps.append((dst, type(e).__name__, str(e)))
+                    break
+            steps.append(("placements", [str(p) for p in d.placements], tuple(d.shape)))
+            chain[name] = steps
+        records.append(chain)
+    return records
+
+
+def _assert_same(results) -> int:
+    compared = 0
+    for rank, records in enumerate(results):
+        for chain in records:
+            ours, theirs = chain["retorch"], chain["torch"]
+            assert len(ours) == len(theirs), (rank, ours, theirs)
+            for a, b in zip(ours, theirs, strict=True):
+                assert a[0] == b[0] and a[1] == b[1], (rank, a[:2], b[:2])
+                if isinstance(a[2], torch.Tensor):
+                    assert a[2].shape == b[2].shape, (rank, a[0], a[2].shape, b[2].shape)
+                    assert torch.equal(a[2], b[2]), (rank, a[0], a[2], b[2])
+                else:
+                    assert a[2] == b[2], (rank, a, b)
+                compared += 1
+    return compared
+
+
+ONE_D = [
+    # every pair of placements on a 1-D mesh, even and uneven pieces (5 rows on 2 and 4 ranks)
+    ((5, 3), 0, ("S0",), [("S1",), ("R",), ("S0",), ("S1",)]),
+    ((4, 6), 1, ("S1",), [("S0",), ("R",), ("S1",)]),
+    ((5, 3), 2, ("R",), [("S0",), ("R",), ("S1",), ("R",)]),
+    ((5, 3), 3, ("Psum",), [("S0",)]),
+    ((3, 5), 4, ("Psum",), [("S1",)]),
+    ((5, 3), 5, ("Psum",), [("R",)]),
+    ((5, 3), 6, ("Pavg",), [("R",)]),
+    ((5, 3), 7, ("R",), [("Psum",)]),  # torch refuses: Partial is for internal use
+    ((5, 3), 8, ("S0",), [("Psum",)]),
+    ((1, 3), 9, ("S0",), [("R",), ("S1",)]),  # more ranks than rows: empty pieces
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_placement_change_on_a_1d_mesh_matches_torch(world):
+    results = launch(_run_chains, world, (world,), ONE_D, timeout=120)
+    assert _assert_same(results) >= world * 30
+
+
+TWO_D = [
+    ((5, 6), 0, ("S0", "S0"), [("R", "S0"), ("S0", "S1"), ("R", "R")]),  # nested sharding
+    ((5, 6), 1, ("S0", "S1"), [("S1", "S0"), ("R", "R")]),
+    ((4, 4), 2, ("R", "S0"), [("S0", "S0"), ("S0", "R")]),
+    ((5, 6), 3, ("Psum", "S1"), [("R", "S1"), ("R", "R")]),
+    ((5, 6), 4, ("S1", "Psum"), [("S1", "S0"), ("S1", "R")]),
+]
+
+
+@pytest.mark.slow
+def test_placement_changes_on_a_2x2_mesh_match_torch():
+    results = launch(_run_chains, 4, (2, 2), TWO_D, timeout=150)
+    assert _assert_same(results) >= 4 * 15
+
+
+def _placement_names(ndim: int):
+    return st.sampled_from([f"S{d}" for d in range(ndim)] + ["R", "Psum"])
+
+
+@st.composite
+def _chain(draw, mesh_ndim: int):
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    names = _placement_names(len(shape))
+    src = tuple(draw(names) for _ in range(mesh_ndim))
+    plain = st.sampled_from([f"S{d}" for d in range(len(shape))] + ["R"])
+    dsts = [tuple(draw(plain) for _ in range(mesh_ndim)) for _ in range(draw(st.integers(1, 3)))]
+    return shape, draw(st.integers(0, 2**16)), src, dsts
+
+
+@pytest.mark.slow
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(chains=st.lists(_chain(2), min_size=8, max_size=8))
+def test_random_redistribution_chains_on_a_2x2_mesh_match_torch(chains):
+    results = launch(_run_chains, 4, (2, 2), chains, timeout=150)
+    assert _assert_same(results) >= 4 * 8 * 3
+
+
+def _mesh_facts(rank: int, world: int, shape, names) -> dict:
+    import torch.distributed as dist
+
+    facts = {}
+    for name, (_, init, _) in _libs().items():
+        mesh = init("cpu", shape, mesh_dim_names=names)
+        facts[name] = {
+            "repr": repr(mesh),
+            "coordinate": tuple(mesh.get_coordinate()),
+            "local ranks": [mesh.get_local_rank(n) for n in names],
+            "groups": [dist.get_process_group_ranks(mesh.get_group(n)) for n in names],
+            "slices": {n: (repr(mesh[n]), mesh[n].mesh.tolist()) for n in names},
+            "shape": (mesh.ndim, tuple(mesh.shape), mesh.size()),
+        }
+    return facts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "shape", "names"),
+                         [(2, (2,), ("dp",)), (4, (4,), ("dp",)),
+                          (4, (2, 2), ("dp", "tp"))])  # fmt: skip
+def test_device_mesh_groups_and_slices_match_torch(world, shape, names):
+    for facts in launch(_mesh_facts, world, shape, names, timeout=90):
+        assert facts["retorch"] == facts["torch"]
+
+
+def _grads(rank: int, world: int) -> dict:
+    """A weighted sum of a redistributed DTensor, backward: the gradient of each rank's piece."""
+    out = {}
+    w = torch.arange(15.0).reshape(5, 3)
+    for name, (lib, init, Comm) in _libs().items():
+        mesh = init("cpu", (world,))
+        grads = {}
+        for src, dst in [("S0", "R"), ("R", "S1"), ("S0", "S1"), ("Psum", "R"), ("Psum", "S0")]:
+            piece = torch.ones(5, 3) if src != "S0" else torch.chunk(torch.ones(5, 3), world)[rank]
+            piece = (piece * (rank + 1)).requires_grad_()
+            d = lib.DTensor.from_local(piece, mesh, _placements(lib, (src,)), shape=(5, 3),
+                                       stride=(3, 1))  # fmt: skip
+            e = d.redistribute(mesh, _placements(lib, (dst,)))
+            full_w = w if dst == "R" else torch.chunk(w, world, int(dst[1]))[rank]
+            (e.to_local() * full_w).sum().backward()
+            grads[(src, dst)] = piece.grad
+        with Comm() as mode:  # distribute_tensor to Partial: a broadcast, then terms x/n
+            part = lib.distribute_tensor(w.clone(), mesh, [lib.Partial()])
+        grads["distribute to Partial"] = (part.to_local(), _counts(mode))
+        out[name] = grads
+    return out
+
+
+@pytest.mark.slow
+def test_gradients_flow_back_through_redistribution_as_torch_s():
+    for rank, g in enumerate(launch(_grads, 2, timeout=90)):
+        ours, theirs = (
+            g["retorch"].pop("distribute to Partial"),
+            g["torch"].pop("distribute to Partial"),
+        )
+        assert torch.equal(ours[0], theirs[0]) and ours[1] == theirs[1], (rank, ours, theirs)
+        for key, theirs in g["torch"].items():
+            assert torch.equal(g["retorch"][key], theirs), (rank, key)
+
+
+def _fail_in_redistribute(rank: int, world: int) -> None:
+    from retorch.distributed.device_mesh import init_device_mesh
+    from retorch.distributed.tensor import Partial, Replicate, distribute_tensor
+
+    d = distribute_tensor(torch.ones(4), init_device_mesh("cpu", (world,)), [Replicate()])
+    d.redistribute(placements=[Partial()])
+
+
+def test_a_rank_that_fails_fails_the_launch_quickly():
+    with pytest.raises(WorkerFailed, match="redistributing to Partial is for internal use"):
+        launch(_fail_in_redistribute, 2, timeout=60)
