@@ -9,9 +9,11 @@ the pieces are compared exactly.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from retorch.distributed.launch import WorkerFailed, launch
@@ -44,6 +46,12 @@ def _placements(lib, names):
     return out
 
 
+def _piece(x: torch.Tensor, n: int, dim: int, i: int) -> torch.Tensor:
+    """Piece ``i`` of ``n`` as ``torch.chunk`` cuts (empty past the last piece)."""
+    pieces = torch.chunk(x, n, dim=dim)
+    return pieces[i] if i < len(pieces) else x.narrow(dim, x.size(dim), 0)
+
+
 def _counts(mode) -> dict[str, int]:
     return {str(k): v for k, v in mode.get_comm_counts().items()}
 
@@ -65,7 +73,7 @@ def _run_chains(rank: int, world: int, mesh_shape, chains) -> list:
                     for i, p in enumerate(src):
                         if p.startswith("S"):
                             c = mesh.get_coordinate()[i]
-                            local = torch.chunk(local, mesh.size(i), dim=int(p[1:]))[c]
+                            local = _piece(local, mesh.size(i), int(p[1:]), c)
                     d = lib.DTensor.from_local(local.contiguous(), mesh,
                                                _placements(lib, src), shape=x.shape,
                                                stride=x.stride())  # fmt: skip
@@ -155,7 +163,12 @@ def _chain(draw, mesh_ndim: int):
 
 
 @pytest.mark.slow
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)  # a shrink relaunches ranks: minutes
 @given(chains=st.lists(_chain(2), min_size=8, max_size=8))
 def test_random_redistribution_chains_on_a_2x2_mesh_match_torch(chains):
     results = launch(_run_chains, 4, (2, 2), chains, timeout=150)
@@ -234,3 +247,74 @@ def _fail_in_redistribute(rank: int, world: int) -> None:
 def test_a_rank_that_fails_fails_the_launch_quickly():
     with pytest.raises(WorkerFailed, match="redistributing to Partial is for internal use"):
         launch(_fail_in_redistribute, 2, timeout=60)
+
+
+def _mm_cases(rank: int, world: int, mesh_shape, cases) -> list:
+    """torch.mm of two DTensors in each library: output placements, collectives, pieces."""
+    from retorch.distributed.tensor._ops import mm
+
+    libs, records = _libs(), []
+    meshes = {name: init("cpu", mesh_shape) for name, (_, init, _) in libs.items()}
+    for (m, k, n), seed, pa, pb in cases:
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randint(-4, 4, (m, k), generator=g).float()
+        b = torch.randint(-4, 4, (k, n), generator=g).float()
+        rec = {}
+        for name, (lib, _, Comm) in libs.items():
+            mesh = meshes[name]
+            A, B = (_make(lib, mesh, x, p, rank) for x, p in ((a, pa), (b, pb)))
+            with Comm() as mode:
+                C = torch.mm(A, B) if name == "torch" else mm(A, B)
+            rec[name] = ([str(p) for p in C.placements], _counts(mode), C.to_local().clone())
+        records.append(rec)
+    return records
+
+
+def _make(lib, mesh, x, names, rank):
+    """A DTensor of ``x`` with these placements; Partial holds rank-dependent terms."""
+    if not any(p.startswith("P") for p in names):
+        return lib.distribute_tensor(x.clone(), mesh, _placements(lib, names))
+    local = x * (rank + 1)
+    for i, p in enumerate(names):
+        if p.startswith("S"):
+            local = _piece(local, mesh.size(i), int(p[1:]), mesh.get_coordinate()[i])
+    return lib.DTensor.from_local(local.contiguous(), mesh, _placements(lib, names),
+                                  shape=x.shape, stride=x.stride())  # fmt: skip
+
+
+def _assert_same_mm(results) -> int:
+    n = 0
+    for rank, records in enumerate(results):
+        for rec in records:
+            (po, co, lo), (pt, ct, lt) = rec["retorch"], rec["torch"]
+            assert (po, co) == (pt, ct), (rank, rec["retorch"][:2], rec["torch"][:2])
+            assert lo.shape == lt.shape and torch.equal(lo, lt), (rank, po, lo, lt)
+            n += 1
+    return n
+
+
+ALL_1D = ["S0", "S1", "R", "Psum"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mkn", [(4, 6, 8), (5, 3, 7), (4, 4, 4)])  # (4, 4, 4): ties
+def test_mm_chooses_torch_s_strategy_for_every_pair_of_placements(mkn):
+    cases = [(mkn, i, (pa,), (pb,)) for i, (pa, pb) in enumerate(
+        itertools.product(ALL_1D, ALL_1D))]  # fmt: skip
+    assert _assert_same_mm(launch(_mm_cases, 2, (2,), cases, timeout=120)) == 2 * 16
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)  # a shrink relaunches ranks: minutes
+@given(data=st.data())
+def test_mm_on_a_2x2_mesh_chooses_torch_s_strategy(data):
+    names = st.sampled_from(ALL_1D)
+    cases = [((data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6)),
+               data.draw(st.integers(1, 6))), i, (data.draw(names), data.draw(names)),
+              (data.draw(names), data.draw(names))) for i in range(10)]  # fmt: skip
+    assert _assert_same_mm(launch(_mm_cases, 4, (2, 2), cases, timeout=150)) == 4 * 10
