@@ -147,3 +147,44 @@ def mm(a: DTensor, b: DTensor) -> DTensor:
     a, b = a._redistribute(want_a), b._redistribute(want_b)
     local = torch.mm(a.to_local(), b.to_local())
     return DTensor(local, _spec(a, out, (a.shape[0], b.shape[1])))
+
+
+# ---- the ops a Linear layer needs ----------------------------------------------------------
+
+
+def t(x: DTensor) -> DTensor:
+    """``x.t()`` of a 2-D DTensor: a view; Shard(0) and Shard(1) swap (``_view_ops.py``)."""
+    swap = {0: 1, 1: 0}
+    placements = [Shard(swap[p.dim]) if p.is_shard() else p for p in x.placements]
+    return DTensor(x.to_local().t(), _spec(x, placements, tuple(reversed(x.shape))))
+
+
+def _bias_placement(out: Placement) -> Placement:
+    """Where a bias of shape (n,) must lie to be added to an (m, n) output lying as ``out``:
+    the columns' pieces for Shard(1), its terms (b/n each) for Partial, else whole."""
+    if out.is_shard(1):
+        return Shard(0)
+    return out if out.is_partial() else Replicate()
+
+
+def add_bias(y: DTensor, b: DTensor) -> DTensor:
+    """``y + b`` for a bias broadcast over the rows, as addmm's bias strategy places it."""
+    want = [_bias_placement(p) for p in y.placements]
+    if any(w.is_partial() and not p.is_replicate() for w, p in zip(want, b.placements)):
+        b = b._redistribute([Replicate()] * len(want))  # Shard -> Partial goes through R
+    b = b._redistribute(want)
+    return DTensor(y.to_local() + b.to_local(), y._spec)
+
+
+def linear(x: DTensor, w: DTensor, b: DTensor | None = None) -> DTensor:
+    """``F.linear``: ``x @ w.t() + b`` (torch decomposes it to ``t`` and ``addmm``)."""
+    y = mm(x, t(w))
+    return y if b is None else add_bias(y, b)
+
+
+def relu(x: DTensor) -> DTensor:
+    """A nonlinear pointwise op: a Partial input is reduced first (relu of a sum is not the
+    sum of relus); shards and replicas pass through."""
+    if any(p.is_partial() for p in x.placements):
+        x = x._redistribute([Replicate() if p.is_partial() else p for p in x.placements])
+    return DTensor(torch.relu(x.to_local()), x._spec)

@@ -10,7 +10,7 @@ orders this rebuild does not have), ``redistribute_local_tensor`` runs them, and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -106,13 +106,16 @@ class Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # the gradient goes back to the input's placements, except that a Partial input gets
-        # a Replicate gradient (each term's gradient is the whole output gradient)
-        back = tuple(
-            Replicate() if p.is_partial() and not q.is_partial() else p
-            for q, p in zip(ctx.target_spec.placements, ctx.spec.placements, strict=True)
+        # The gradient of a Partial tensor is Replicate: each term's gradient is the whole
+        # gradient (so Replicate -> Partial, a division by n forward, passes it unchanged). It
+        # goes back to the input's placements, a Partial input getting a Replicate gradient.
+        now = tuple(Replicate() if q.is_partial() else q for q in ctx.target_spec.placements)
+        back = tuple(Replicate() if p.is_partial() else p for p in ctx.spec.placements)
+        return (
+            redistribute_local_tensor(grad, replace(ctx.target_spec, placements=now), back),
+            None,
+            None,
         )
-        return redistribute_local_tensor(grad, ctx.target_spec, back), None, None
 
 
 def _check_no_partial_target(src, placements) -> None:
