@@ -389,3 +389,59 @@ def test_bucket_assignment_equals_torch_on_random_tensors(sizes, limits, data):
     order = data.draw(st.permutations(range(len(one))))
     expected = dist._compute_bucket_assignment_by_size(one, limits, [], order)
     assert compute_bucket_assignment_by_size(one, limits, order) == tuple(map(list, expected))
+
+
+def _clone_hook(state, bucket):
+    """A user's hook that reduces a copy: DDP must copy the future's value into the bucket."""
+    copy = bucket.buffer().clone().div_(dist.get_world_size(state))
+    return (
+        dist.all_reduce(copy, group=state, async_op=True)
+        .get_future()
+        .then(lambda fut: fut.value()[0])
+    )
+
+
+def _with_comm_hooks(rank: int, world: int, steps: int) -> dict:
+    """DDP with each built-in comm hook, ours beside torch's, one bucket size for both so the
+    same gradients meet in the same all-reduce: parameters after every step."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as torch_hooks
+
+    from retorch.distributed.algorithms.ddp_comm_hooks import default_hooks as our_hooks
+
+    out = {}
+    torch_hooks.clone_hook = our_hooks.clone_hook = _clone_hook
+    for name in ("allreduce_hook", "fp16_compress_hook", "clone_hook"):
+        ours_m, theirs_m = _models(seed=rank)
+        ours = DDP(ours_m, bucket_cap_mb=TINY_CAP_MB)
+        theirs = torch.nn.parallel.DistributedDataParallel(theirs_m, bucket_cap_mb=TINY_CAP_MB)
+        ours.register_comm_hook(None, getattr(our_hooks, name))
+        theirs.register_comm_hook(None, getattr(torch_hooks, name))
+        opt_ours = ro.SGD(ours.parameters(), lr=0.05)
+        opt_theirs = torch.optim.SGD(theirs.parameters(), lr=0.05)
+        diffs = []
+        for step in range(steps):
+            for model, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+                opt.zero_grad()
+                x, y = _batch(step, rank)
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            diffs.append(_max_diff(ours, theirs))
+        out[name] = diffs
+    # the float16 hook rounds: ours with it against torch's default all-reduce differ
+    plain = torch.nn.parallel.DistributedDataParallel(_models(seed=rank)[1])
+    half = DDP(_models(seed=rank)[0])
+    half.register_comm_hook(None, our_hooks.fp16_compress_hook)
+    for model in (plain, half):
+        x, y = _batch(0, rank)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    grads = zip(plain.parameters(), half.parameters(), strict=True)
+    out["fp16 vs default grad diff"] = max((p.grad - q.grad).abs().max().item() for p, q in grads)
+    return out
+
+
+def test_comm_hooks_reduce_as_torch_s_built_in_hooks():
+    for rank, res in enumerate(launch(_with_comm_hooks, 2, 6, timeout=90)):
+        assert res["allreduce_hook"] == [0.0] * 6, (rank, res)
+        assert res["fp16_compress_hook"] == [0.0] * 6, (rank, res)
+        assert res["clone_hook"] == [0.0] * 6, (rank, res)
+        assert 0 < res["fp16 vs default grad diff"] < 1e-3, (rank, res)

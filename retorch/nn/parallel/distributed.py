@@ -44,9 +44,14 @@ gets no gradient leaves its bucket unreduced and the next forward raises torch's
    assignment on every rank (``sync_bucket_indices``) and never rebuilds again. With
    ``find_unused_parameters=True`` the construction-time buckets are kept.
 
+6. ``register_comm_hook(state, hook)``: the bucket's reduction is the hook's, as in torch:
+   the gradients are copied into the bucket undivided, ``hook(state, GradBucket)`` returns a
+   future of the reduced buffer, and ``finalize_backward`` copies its value back
+   (retorch.distributed.algorithms.ddp_comm_hooks: the all-reduce and float16 hooks).
+
 Differences from torch 2.13: buffers are broadcast once at construction (torch re-broadcasts
-them every forward); ``gradient_as_bucket_view``, comm hooks, static graphs and mixed
-precision are left out.
+them every forward); ``gradient_as_bucket_view``, static graphs and mixed precision are left
+out.
 """
 
 from __future__ import annotations
@@ -136,6 +141,29 @@ class _Bucket:
         self.work = None
 
 
+class GradBucket:
+    """What a comm hook sees of a bucket (torch's ``dist.GradBucket``): its flat buffer,
+    index, parameters and their gradients' views, and whether it is the last."""
+
+    def __init__(self, bucket: _Bucket, params: list[torch.Tensor], last: bool) -> None:
+        self._bucket, self._params, self._last = bucket, params, last
+
+    def index(self) -> int:
+        return self._bucket.index
+
+    def buffer(self) -> torch.Tensor:
+        return self._bucket.buffer
+
+    def is_last(self) -> bool:
+        return self._last
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [self._params[i] for i in self._bucket.param_indices]
+
+    def gradients(self) -> list[torch.Tensor]:
+        return list(self._bucket.views)
+
+
 class Reducer:
     """Buckets, autograd hooks and the all-reduces of one backward (reducer.cpp)."""
 
@@ -162,6 +190,7 @@ class Reducer:
         self.require_finalize = False
         self.unused: list[int] = []
         self.timeline: list[tuple[str, int, float]] = []
+        self.comm_hook = None  # (state, hook) once register_comm_hook is called
         self.hooks = [
             p.register_post_accumulate_grad_hook(self._autograd_hook_for(i))
             for i, p in enumerate(params)
@@ -267,8 +296,10 @@ class Reducer:
         self.timeline.append(("grad", index, time.perf_counter() - self.t0))
         if grad is None or index in self.unused:
             bucket.views[k].zero_()
-        else:
+        elif self.comm_hook is None:
             torch.mul(grad, 1.0 / self.world_size, out=bucket.views[k])
+        else:  # a comm hook divides (or not) itself
+            bucket.views[k].copy_(grad)
         bucket.pending -= 1
         if bucket.pending == 0:
             self._mark_bucket_ready()
@@ -281,7 +312,13 @@ class Reducer:
         while self.next_bucket < len(self.buckets) and self.buckets[self.next_bucket].pending == 0:
             bucket = self.buckets[self.next_bucket]
             self.timeline.append(("allreduce", bucket.index, time.perf_counter() - self.t0))
-            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+            if self.comm_hook is None:
+                bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group,
+                                              async_op=True)  # fmt: skip
+            else:
+                state, hook = self.comm_hook
+                last = bucket.index == len(self.buckets) - 1
+                bucket.work = hook(state, GradBucket(bucket, self.params, last))
             self.next_bucket += 1
         if self.next_bucket == len(self.buckets):
             torch.autograd.Variable._execution_engine.queue_callback(self.finalize_backward)
@@ -295,7 +332,9 @@ class Reducer:
             dist.all_reduce(self.local_used, group=self.process_group)
             globally_used = self.local_used > 0
         for bucket in self.buckets:
-            bucket.work.wait()
+            reduced = bucket.work.wait()
+            if self.comm_hook is not None:  # the hook's future holds the reduced buffer
+                bucket.buffer.copy_(reduced[0] if isinstance(reduced, list) else reduced)
             for k, i in enumerate(bucket.param_indices):
                 if globally_used is not None and not globally_used[i]:
                     continue  # unused on every rank: its grad stays as it was
@@ -414,6 +453,13 @@ class DistributedDataParallel(Module):
             outputs = [t for t in _tensors(output) if t.requires_grad]
             self.reducer.prepare_for_backward(outputs)
         return output
+
+    def register_comm_hook(self, state, hook) -> None:
+        """Reduce each bucket with ``hook(state, bucket) -> Future[Tensor]`` (torch's API)."""
+        if self.reducer.comm_hook is not None:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be "
+                               "called once.")  # fmt: skip
+        self.reducer.comm_hook = (state, hook)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
