@@ -1,0 +1,220 @@
+"""FSDP2: ``fully_shard``, every parameter cut on dim 0, gathered per layer when it runs.
+
+Mirrors torch/distributed/fsdp/_fully_shard/ (``_fully_shard.py``: the API;
+``_fsdp_param_group.py``: one group per ``fully_shard`` call, its unshard / reshard and
+post-backward; ``_fsdp_collectives.py``: ``foreach_all_gather`` and
+``foreach_reduce``). Where chapter 7's ``fsdp`` flattens a module's parameters into one
+FlatParameter and shards that (FSDP1's design), FSDP2 keeps each parameter whole in name and
+shape: a DTensor ``Shard(0)`` of it, padded on dim 0 to a multiple of the world size so each
+piece has the same size. Per group, per step:
+
+- forward pre-hook: ``unshard``: one all-gather of the group's pieces, copied out into each
+  parameter's full tensor (whose storage is allocated again, so autograd's saved references
+  stay valid);
+- forward post-hook: ``reshard`` (the full tensors' storage freed) when
+  ``reshard_after_forward``, and a hook on the outputs that unshards again before backward
+  reaches the layer, also starting the next layer's all-gather (backward prefetch);
+- post-backward (all the group's gradients accumulated): one reduce-scatter of the padded
+  gradients, averaged, into each piece's ``.grad``; then reshard.
+
+Here a sharded parameter is a ``torch.nn.Parameter`` holding this rank's piece (any optimizer
+steps it) and ``module._fsdp_specs`` keeps each piece's DTensor spec; the full tensors are
+plain leaf tensors swapped in while the layer runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from . import collectives
+from .tensor import debug
+from .tensor._api import DTensor, DTensorSpec
+from .tensor.placement_types import Shard
+
+__all__ = ["FSDPParamGroup", "fully_shard"]
+
+
+class _Param:
+    """One parameter: its full shape, its piece, and its full tensor while unsharded."""
+
+    def __init__(self, module: nn.Module, name: str, full: torch.Tensor, n: int, rank: int):
+        self.module, self.name, self.shape = module, name, tuple(full.shape)
+        self.padded_rows = math.ceil(full.shape[0] / n)
+        self.rows, start = Shard.local_shard_size_and_offset(full.shape[0], n, rank)
+        piece = full.detach()[start : start + self.rows].clone()
+        self.sharded = nn.Parameter(piece, requires_grad=full.requires_grad)
+        self.unsharded = torch.empty(self.shape, dtype=full.dtype).requires_grad_(
+            full.requires_grad
+        )
+        self.unsharded.untyped_storage().resize_(0)  # allocated when unsharded
+
+    @property
+    def padded_numel(self) -> int:  # of one rank's padded piece
+        return self.padded_rows * math.prod(self.shape[1:])
+
+    def padded_piece(self, t: torch.Tensor) -> torch.Tensor:
+        pad = torch.zeros((self.padded_rows - t.shape[0], *self.shape[1:]), dtype=t.dtype)
+        return torch.cat([t.detach(), pad]).reshape(-1)
+
+
+class FSDPParamGroup:
+    """The parameters one ``fully_shard`` call manages, and their collectives."""
+
+    def __init__(self, module: nn.Module, mesh, reshard_after_forward: bool) -> None:
+        self.module, self.mesh = module, mesh
+        self.group, self.n = mesh.get_group(0), mesh.size(0)
+        rank = mesh.get_local_rank(0)
+        self.reshard_after_forward = reshard_after_forward
+        self.params = []
+        for owner in _unmanaged_modules(module):
+            for name, p in list(owner.named_parameters(recurse=False)):
+                param = _Param(owner, name, p, self.n, rank)
+                owner._parameters[name] = param.sharded
+                self.params.append(param)
+        self.is_unsharded = False
+        self.prefetch: FSDPParamGroup | None = None  # the group backward reaches next
+        self.forward_order: list[FSDPParamGroup] = []
+        self.grads_pending = 0
+
+    # ---- collectives ---------------------------------------------------------------------
+    def unshard(self) -> None:
+        """One all-gather of every piece (``foreach_all_gather``), copied out per param."""
+        if self.is_unsharded or not self.params:
+            return
+        debug._record("c10d._allgather_base_")
+        send = torch.cat([p.padded_piece(p.sharded) for p in self.params])
+        out = torch.empty(self.n * send.numel(), dtype=send.dtype)
+        collectives.all_gather(out, send, group=self.group)
+        per_rank, offset = out.view(self.n, -1), 0
+        for p in self.params:
+            rows = per_rank[:, offset : offset + p.padded_numel]
+            full = rows.reshape(self.n * p.padded_rows, *p.shape[1:])[: p.shape[0]]
+            p.unsharded.untyped_storage().resize_(p.unsharded.nbytes)
+            # the same tensor refilled: autograd's saved references must not see a new
+            # version (torch's FSDPParam does the same, _unsafe_preserve_version_counter)
+            with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(p.unsharded):
+                p.unsharded.copy_(full)
+            p.module._parameters[p.name] = p.unsharded
+            offset += p.padded_numel
+        self.is_unsharded = True
+
+    def reshard(self) -> None:
+        """The full tensors' storage freed; the pieces back on the module."""
+        if not self.is_unsharded:
+            return
+        for p in self.params:
+            p.unsharded.untyped_storage().resize_(0)
+            p.module._parameters[p.name] = p.sharded
+        self.is_unsharded = False
+
+    def post_backward(self) -> None:
+        """One reduce-scatter of the padded gradients (``foreach_reduce``), averaged."""
+        debug._record("c10d._reduce_scatter_base_")
+        chunks = []
+        for r in range(self.n):  # rank-major: what rank r receives comes r-th
+            for p in self.params:
+                g = p.unsharded.grad
+                rows = torch.chunk(g, self.n)[r] if r < len(torch.chunk(g, self.n)) else g[:0]
+                chunks.append(p.padded_piece(rows))
+        pre, post = _divide_factors(self.n)
+        send = torch.cat(chunks).div_(pre)
+        mine = torch.empty(send.numel() // self.n, dtype=send.dtype)
+        collectives.reduce_scatter(mine, send, group=self.group)
+        mine.div_(post)
+        offset = 0
+        for p in self.params:
+            piece = mine[offset : offset + p.padded_numel].view(p.padded_rows, *p.shape[1:])
+            piece = piece[: p.rows].clone()
+            p.sharded.grad = piece if p.sharded.grad is None else p.sharded.grad + piece
+            p.unsharded.grad = None
+            offset += p.padded_numel
+        self.reshard()
+
+    # ---- hooks -----------------------------------------------------------------------------
+    def pre_forward(self, module, args) -> None:
+        if self.params and self not in self.forward_order:
+            if self.forward_order:
+                self.prefetch = self.forward_order[-1]
+            self.forward_order.append(self)
+        self.unshard()
+
+    def post_forward(self, module, args, output):
+        if self.reshard_after_forward:
+            self.reshard()
+        self.grads_pending = sum(p.unsharded.requires_grad for p in self.params)
+        for t in _tensors(output):
+            if t.requires_grad:
+                t.register_hook(self._pre_backward)
+        return output
+
+    def _pre_backward(self, grad):
+        self.unshard()
+        if self.prefetch is not None:  # the next layer backward reaches: gather it now
+            self.prefetch.unshard()
+        return grad
+
+    def _param_ready(self, _tensor) -> None:
+        self.grads_pending -= 1
+        if self.grads_pending == 0:
+            self.post_backward()
+
+
+def _unmanaged_modules(module: nn.Module):
+    """``module`` and its submodules, not descending into those an inner call manages."""
+    yield module
+    for child in module.children():
+        if getattr(child, "_fsdp_group", None) is None:
+            yield from _unmanaged_modules(child)
+
+
+def _divide_factors(n: int) -> tuple[float, float]:
+    """The average as two divisions, before and after the sum (``_fsdp_collectives.py``'s
+    ``_get_gradient_divide_factors``, for a backend without ReduceOp.AVG such as gloo):
+    dividing half before keeps a float16 sum of many ranks from overflowing."""
+    factor = 1
+    while n % factor == 0 and n / factor > factor:
+        factor *= 2
+    return factor, n / factor
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+
+
+def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) -> nn.Module:
+    """Shard the parameters of ``module`` not already managed by an inner ``fully_shard``."""
+    group = FSDPParamGroup(module, mesh, reshard_after_forward)
+    module._fsdp_group = group
+    module._fsdp_specs = {
+        (p.module, p.name): DTensorSpec(
+            mesh, (Shard(0),), p.shape, _strides(p.shape), p.sharded.dtype
+        )  # fmt: skip
+        for p in group.params
+    }
+    for p in group.params:
+        if p.unsharded.requires_grad:
+            p.unsharded.register_post_accumulate_grad_hook(group._param_ready)
+    # the groups under this root share one record of the order forward reaches them in
+    # (backward reaches them in reverse: each group prefetches the one before it)
+    for sub in module.modules():
+        if getattr(sub, "_fsdp_group", None) is not None:
+            sub._fsdp_group.forward_order = group.forward_order
+    module.register_forward_pre_hook(group.pre_forward)
+    module.register_forward_hook(group.post_forward)
+    return module
+
+
+def _strides(shape) -> tuple[int, ...]:
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def sharded_dtensor(module: nn.Module, owner: nn.Module, name: str) -> DTensor:
+    """A parameter of a ``fully_shard``-ed ``module`` as a DTensor of this rank's piece."""
+    return DTensor(owner._parameters[name], module._fsdp_specs[(owner, name)])
