@@ -244,6 +244,7 @@ def _fail_in_redistribute(rank: int, world: int) -> None:
     d.redistribute(placements=[Partial()])
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_fails_the_launch_quickly():
     with pytest.raises(WorkerFailed, match="redistributing to Partial is for internal use"):
         launch(_fail_in_redistribute, 2, timeout=60)
