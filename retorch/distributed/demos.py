@@ -10,6 +10,10 @@ prints and plots. The comparisons are torch.distributed's own collectives, torch
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -322,3 +326,144 @@ def fsdp_side_by_side(rank: int, world: int, steps: int) -> dict:
                   tuple(u.flat_param.shape)) for u in units],
     }  # fmt: skip
     return {"agree": agree, "final": final, "held": held, "layout": layout}
+
+
+# ---- today's torch.distributed: DeviceMesh, DTensor, tensor parallelism, FSDP2 -----------------
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Without torch's notices that are not the point here: the warning that gloo has no
+    all-to-all (the chapter prints the source that says so) and the backward-hook notes of
+    ``parallelize_module`` and ``fully_shard``. Workers' stderr reaches the page."""
+    logger = logging.getLogger("torch.distributed.tensor._collective_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _dtensor_libs() -> dict:
+    """name -> (the DTensor module, init_device_mesh, CommDebugMode), torch's and ours."""
+    import torch.distributed.tensor as tdt
+    from torch.distributed.device_mesh import init_device_mesh as t_init
+    from torch.distributed.tensor.debug import CommDebugMode as TComm
+
+    from . import tensor as rdt
+    from .device_mesh import init_device_mesh as r_init
+    from .tensor.debug import CommDebugMode as RComm
+
+    return {"torch": (tdt, t_init, TComm), "retorch": (rdt, r_init, RComm)}
+
+
+def _short(mode) -> str:
+    """A CommDebugMode's counts as 'all_gather_into_tensor x1' (or '-' for none)."""
+    counts = {str(k).split(".")[-1]: v for k, v in mode.get_comm_counts().items()}
+    return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "-"
+
+
+def _dtensor(lib, mesh, x: torch.Tensor, name: str, rank: int):
+    """``x`` laid out as S0, S1, R, or P (each rank's term ``x * (rank + 1)``)."""
+    if name == "P":
+        return lib.DTensor.from_local(x * (rank + 1), mesh, [lib.Partial()])
+    p = lib.Replicate() if name == "R" else lib.Shard(int(name[1]))
+    return lib.distribute_tensor(x.clone(), mesh, [p])
+
+
+def placement_changes(rank: int, world: int) -> dict:
+    """Every change of placement of a (5, 3) tensor on a 1-D mesh: the collectives each
+    library issued and this rank's piece's shape after it; and the pieces of Shard(0)."""
+    with _quiet():
+        out = {}
+        x = torch.arange(15.0).reshape(5, 3)
+        for name, (lib, init, Comm) in _dtensor_libs().items():
+            mesh, rows = init("cpu", (world,)), {}
+            for src in ("S0", "S1", "R", "P"):
+                for dst in ("S0", "S1", "R"):
+                    if src == dst:
+                        continue
+                    d = _dtensor(lib, mesh, x, src, rank)
+                    p = lib.Replicate() if dst == "R" else lib.Shard(int(dst[1]))
+                    with Comm() as mode:
+                        e = d.redistribute(mesh, [p])
+                    rows[(src, dst)] = (_short(mode), tuple(e.to_local().shape))
+            out[name] = {"changes": rows,
+                         "piece": tuple(_dtensor(lib, mesh, x, "S0", rank).to_local().shape)}  # fmt: skip
+        return out
+
+
+def mm_strategies(rank: int, world: int) -> dict:
+    """torch.mm of a (4, 6) and a (6, 8) DTensor for every pair of placements: the output's
+    placement and the collectives each library issued to get there."""
+    with _quiet():
+        from .tensor._ops import mm
+
+        a, b, out = torch.ones(4, 6), torch.ones(6, 8), {}
+        for name, (lib, init, Comm) in _dtensor_libs().items():
+            mesh, rows = init("cpu", (world,)), {}
+            for pa in ("S0", "S1", "R", "P"):
+                for pb in ("S0", "S1", "R", "P"):
+                    A, B = _dtensor(lib, mesh, a, pa, rank), _dtensor(lib, mesh, b, pb, rank)
+                    with Comm() as mode:
+                        C = torch.mm(A, B) if name == "torch" else mm(A, B)
+                    rows[(pa, pb)] = f"{C.placements[0]}  ({_short(mode)})"
+            out[name] = rows
+        return out
+
+
+def _parallel_mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5),
+                               torch.nn.ReLU(), torch.nn.Linear(5, 3))  # fmt: skip
+
+
+def tp_and_fsdp2(rank: int, world: int, steps: int) -> dict:
+    """The same MLP under tensor parallelism (column, row) and under FSDP2 in each library:
+    collectives per forward / backward, this rank's pieces, and after ``steps`` SGD steps
+    the largest difference between the libraries' pieces."""
+    with _quiet():
+        from torch.distributed.fsdp import fully_shard as t_shard
+        from torch.distributed.tensor import parallel as t_tp
+
+        from . import fully_shard as r_fsdp
+        from .tensor import parallel as r_tp
+
+        ways = {"torch": (t_tp, t_shard), "retorch": (r_tp, r_fsdp.fully_shard)}
+        res: dict = {}
+        for name, (_, init, Comm) in _dtensor_libs().items():
+            tp, shard = ways[name]
+            mesh = init("cpu", (world,))
+            tp_mlp = tp.parallelize_module(_parallel_mlp(), mesh, {"0": tp.ColwiseParallel(),
+                                                                   "2": tp.RowwiseParallel()})  # fmt: skip
+            fs_mlp = _parallel_mlp()
+            for layer in (fs_mlp[0], fs_mlp[2], fs_mlp[4], fs_mlp):
+                shard(layer, mesh=mesh)
+            rec = {}
+            for design, model, head in (("TP", tp_mlp, 3), ("FSDP2", fs_mlp, 5)):
+                opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+                g = torch.Generator().manual_seed(0 if design == "TP" else rank)
+                for _ in range(steps):
+                    x = torch.randn(4, 8, generator=g)
+                    with Comm() as fwd:
+                        y = model(x)[:, :head] if design == "TP" else model(x)
+                    with Comm() as bwd:
+                        (y * y).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+                pieces = [(p.to_local() if hasattr(p, "to_local") else p).detach().clone()
+                          for p in model.parameters()]  # fmt: skip
+                rec[design] = {"forward": _short(fwd), "backward": _short(bwd), "pieces": pieces}
+            res[name] = rec
+        for design in ("TP", "FSDP2"):
+            pairs = zip(
+                res["retorch"][design]["pieces"], res["torch"][design]["pieces"], strict=True
+            )
+            res[design + " max diff"] = max((a - b).abs().max().item() if a.numel() else 0.0
+                                            for a, b in pairs)  # fmt: skip
+            res[design + " shapes"] = [tuple(p.shape) for p in res["retorch"][design]["pieces"]]
+            res[design + " torch shapes"] = [tuple(p.shape) for p in res["torch"][design]["pieces"]]
+        return res
