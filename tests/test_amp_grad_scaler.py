@@ -104,6 +104,7 @@ def test_equal_to_torch_step_by_step(name, steps, init_scale, growth_interval, s
         _compare((s, o, ps, gs), (ts, to, tps, tgs), tol)
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 def test_skipped_step_leaves_parameters_and_fused_step_count():
     s, o, ps, ts, to, tps = _pair(*OPTIMIZERS["adam-fused"][:2])
     before = [p.detach().clone() for p in ps]

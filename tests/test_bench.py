@@ -209,6 +209,7 @@ def test_rates_rank_highest_first_and_times_lowest_first():
             higher_is_better(bad)
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 def test_a_result_of_another_torch_says_so_in_its_table_and_plot():
     import matplotlib.pyplot as plt
 

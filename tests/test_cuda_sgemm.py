@@ -42,6 +42,7 @@ def test_every_rung_on_sizes_inside_one_tile(rung):
     _check(rung, 19, 12, 10)  # k = 10: a full 8-deep step and a partial one
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 def test_the_vectorized_rung_itself_with_a_k_tail_and_both_column_quads():
     """k = 12: a second 8-deep step with one quad inside and one past the end; n = 104: the
     columns 64.. come from each thread's second quad (QUAD_GAP)."""

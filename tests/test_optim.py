@@ -94,6 +94,7 @@ adam_options = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 @settings(max_examples=20)
 @given(sgd_options, st.booleans())
 def test_sgd_matches_torch_bit_for_bit(options, set_to_none):

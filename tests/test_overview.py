@@ -39,6 +39,7 @@ def printed_paths() -> set[str]:
     return {p for p in paths if not p.startswith("retorch/")}
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 @needs_torch_2_13
 def test_every_path_overview_prints_is_verified_in_torch_2_13():
     unverified = sorted(p for p in printed_paths() if not torch_paths.verify(p))

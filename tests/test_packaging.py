@@ -12,6 +12,9 @@ import retorch.notebook as rn
 from tools.check_wheel_install import build_wheel
 from tools.course import ROOT
 
+# Building the wheel takes seconds: make unit runs these, make check-fast does not.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):

@@ -451,6 +451,7 @@ sizes = st.one_of(
 )
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 @given(
     data=st.data(),
     max_split_size=st.sampled_from([SIZE_MAX, 40 * MiB]),

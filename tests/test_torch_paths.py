@@ -13,6 +13,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow  # seconds long: make unit runs it, make check-fast does not
 def test_every_cited_torch_path_exists_at_the_pinned_tag():
     cited = torch_paths.cited_paths()
     assert len(cited) > 100  # chapters, solutions, book pages and retorch docstrings are read
