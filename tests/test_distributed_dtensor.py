@@ -33,6 +33,16 @@ def _libs():
     return {"torch": (tdt, t_init, TComm), "retorch": (rdt, r_init, RComm)}
 
 
+#: hypothesis settings for a test that launches ranks per example: two examples, no shrinking
+#: (a shrink relaunches every rank for each candidate: minutes; a failure prints its cases)
+_LAUNCHING = settings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)
+
+
 def _placements(lib, names):
     """("S0", "R", "Psum") -> the library's placement objects."""
     out = []
@@ -68,17 +78,7 @@ def _run_chains(rank: int, world: int, mesh_shape, chains) -> list:
         for name, (lib, _, Comm) in libs.items():
             mesh, steps = meshes[name], []
             with Comm() as mode:
-                if any(p.startswith("P") for p in src):  # each rank holds a term
-                    local = x * (rank + 1)
-                    for i, p in enumerate(src):
-                        if p.startswith("S"):
-                            c = mesh.get_coordinate()[i]
-                            local = _piece(local, mesh.size(i), int(p[1:]), c)
-                    d = lib.DTensor.from_local(local.contiguous(), mesh,
-                                               _placements(lib, src), shape=x.shape,
-                                               stride=x.stride())  # fmt: skip
-                else:
-                    d = lib.distribute_tensor(x.clone(), mesh, _placements(lib, src))
+                d = _make(lib, mesh, x, src, rank)
             steps.append((src, _counts(mode), d.to_local().clone()))
             for dst in dsts:
                 try:
@@ -163,12 +163,7 @@ def _chain(draw, mesh_ndim: int):
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=2,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)  # a shrink relaunches ranks: minutes
+@_LAUNCHING
 @given(chains=st.lists(_chain(2), min_size=8, max_size=8))
 def test_random_redistribution_chains_on_a_2x2_mesh_match_torch(chains):
     results = launch(_run_chains, 4, (2, 2), chains, timeout=150)
@@ -306,12 +301,7 @@ def test_mm_chooses_torch_s_strategy_for_every_pair_of_placements(mkn):
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=2,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.generate],
-)  # a shrink relaunches ranks: minutes
+@_LAUNCHING
 @given(data=st.data())
 def test_mm_on_a_2x2_mesh_chooses_torch_s_strategy(data):
     names = st.sampled_from(ALL_1D)

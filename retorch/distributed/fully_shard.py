@@ -30,8 +30,9 @@ import torch
 from torch import nn
 
 from . import collectives
+from .fsdp import _tensors  # the tensors in a forward's output, as chapter 7's FSDP walks them
 from .tensor import debug
-from .tensor._api import DTensor, DTensorSpec
+from .tensor._api import DTensorSpec
 from .tensor.placement_types import Shard
 
 __all__ = ["FSDPParamGroup", "fully_shard"]
@@ -180,14 +181,6 @@ def _divide_factors(n: int) -> tuple[float, float]:
     return factor, n / factor
 
 
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _tensors(o)
-
-
 def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) -> nn.Module:
     """Shard the parameters of ``module`` not already managed by an inner ``fully_shard``."""
     group = FSDPParamGroup(module, mesh, reshard_after_forward)
@@ -213,8 +206,3 @@ def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) 
 
 def _strides(shape) -> tuple[int, ...]:
     return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
-
-
-def sharded_dtensor(module: nn.Module, owner: nn.Module, name: str) -> DTensor:
-    """A parameter of a ``fully_shard``-ed ``module`` as a DTensor of this rank's piece."""
-    return DTensor(owner._parameters[name], module._fsdp_specs[(owner, name)])
