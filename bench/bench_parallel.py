@@ -17,8 +17,16 @@ import time
 import torch
 import torch.distributed as dist
 
+import retorch.nn as rn
 import retorch.optim as ro
+from retorch.distributed.device_mesh import init_device_mesh as our_mesh
+from retorch.distributed.fully_shard import fully_shard as our_fully_shard
 from retorch.distributed.launch import launch
+from retorch.distributed.tensor import parallel as our_tp
+from retorch.nn.parallel import DistributedDataParallel as OurDDP
+
+# retorch's parts are imported here, not only in the workers, so that the stored result
+# records them among the code it measured (tools/bench.py keys staleness to that list)
 
 WIDTH, DEPTH, BATCH = 512, 4, 32
 
@@ -49,12 +57,6 @@ def _models(world: int):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard as torch_fully_shard
     from torch.distributed.tensor import parallel as torch_tp
-
-    import retorch.nn as rn
-    from retorch.distributed.device_mesh import init_device_mesh as our_mesh
-    from retorch.distributed.fully_shard import fully_shard as our_fully_shard
-    from retorch.distributed.tensor import parallel as our_tp
-    from retorch.nn.parallel import DistributedDataParallel as OurDDP
 
     linears = range(0, 2 * DEPTH - 1, 2)
     models = {("DDP", "torch"): torch.nn.parallel.DistributedDataParallel(_mlp()),
