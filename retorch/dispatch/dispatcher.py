@@ -238,9 +238,12 @@ class Dispatcher:
     def _key_set_of(values) -> DispatchKeySet:
         bits = 0  # on raw bits, the TLS read once (as DispatchKeyExtractor's computeDispatchKeySet)
         for v in values:
-            vk = _keys_of(v)
-            if vk is not None:
-                bits |= vk.repr_
+            vk = getattr(v, "key_set", None)  # a tensor's keys, read as one field
+            if vk.__class__ is not DispatchKeySet:
+                vk = _keys_of(v)  # a list of tensors, or none
+                if vk is None:
+                    continue
+            bits |= vk.repr_
         bits |= _tls.included.repr_
         return DispatchKeySet.from_raw_repr(bits & (FULL_BACKEND_MASK | ~_tls.excluded.repr_))
 

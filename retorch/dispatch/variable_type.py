@@ -43,17 +43,28 @@ def _below(handle, ks, args, kwargs, view_or_inplace=False):
     """``at::redispatch::op(ks & after_autograd_keyset, ...)`` under the guard torch uses
     (``at::AutoDispatchBelowADInplaceOrView``, an ``ExcludeDispatchKeyGuard``; written out
     here, as the guard's constructor and destructor are inlined in C++)."""
-    exclude = (
-        autograd_dispatch_keyset
-        if view_or_inplace
-        else (autograd_dispatch_keyset_with_ADInplaceOrView)
-    )
     saved = _tls.excluded
-    _tls.excluded = saved | exclude
+    # the two key sets, remembered per bits: c10 computes each with one AND/OR on a uint64
+    excluding = _EXCLUDING.get((saved.repr_, view_or_inplace))
+    if excluding is None:
+        exclude = (
+            autograd_dispatch_keyset
+            if view_or_inplace
+            else (autograd_dispatch_keyset_with_ADInplaceOrView)
+        )
+        excluding = _EXCLUDING[saved.repr_, view_or_inplace] = saved | exclude
+    below = _AFTER_AUTOGRAD.get(ks.repr_)
+    if below is None:
+        below = _AFTER_AUTOGRAD[ks.repr_] = ks & after_autograd_keyset
+    _tls.excluded = excluding
     try:
-        return _dispatcher.redispatch(handle, ks & after_autograd_keyset, args, kwargs)
+        return _dispatcher.redispatch(handle, below, args, kwargs)
     finally:
         _tls.excluded = saved
+
+
+_EXCLUDING: dict = {}  # (excluded bits, view_or_inplace) -> the excluded set below autograd
+_AFTER_AUTOGRAD: dict = {}  # a call's key set bits -> those bits & after_autograd_keyset
 
 
 _dispatcher = get_dispatcher()

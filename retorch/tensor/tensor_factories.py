@@ -214,7 +214,7 @@ def scalar_tensor(value, dtype=None, device="cpu", wrapped=False) -> Tensor:
     d = _python_scalar_dtype(value) if dtype is None else as_dtype(dtype)
     if wrapped and dtype is None and isinstance(value, float) and not isinstance(value, np.generic):
         d = dtypes.float64  # a wrapped Python float is a double; promotion treats it as a category
-    t = empty((), dtype=d, device="cpu")
-    t.numpy()[()] = _to_storage(value, d)
+    t = empty_generic((), d, "cpu")  # (sizes and dtype known: nothing to parse)
+    t._impl.storage.typed(d.np)[0] = _to_storage(value, d)
     t._impl.is_wrapped_number = wrapped
     return t if device == "cpu" or wrapped else t.to(device)

@@ -14,12 +14,24 @@ from .storage import Storage
 
 
 def contiguous_strides(sizes) -> tuple[int, ...]:
-    """Row-major strides; a size-0 dim counts as 1 (``c10::contiguous_strides``)."""
-    strides, z = [0] * len(sizes), 1
-    for d in range(len(sizes) - 1, -1, -1):
-        strides[d] = z
-        z *= max(sizes[d], 1)
-    return tuple(strides)
+    """Row-major strides; a size-0 dim counts as 1 (``c10::contiguous_strides``). Remembered
+    per shape (a training step makes the same few shapes again and again)."""
+    if type(sizes) is not tuple:
+        sizes = tuple(sizes)
+    strides = _CONTIGUOUS_STRIDES.get(sizes)
+    if strides is None:
+        out, z = [0] * len(sizes), 1
+        for d in range(len(sizes) - 1, -1, -1):
+            out[d] = z
+            z *= max(int(sizes[d]), 1)
+        strides = tuple(out)
+        if len(_CONTIGUOUS_STRIDES) >= 4096:  # bounded: a run of ever-new shapes starts over
+            _CONTIGUOUS_STRIDES.clear()
+        _CONTIGUOUS_STRIDES[sizes] = strides
+    return strides
+
+
+_CONTIGUOUS_STRIDES: dict = {}
 
 
 def channels_last_strides_2d(sizes) -> tuple[int, ...]:
@@ -114,7 +126,7 @@ class TensorImpl:
     def set_sizes_contiguous(self, sizes) -> None:
         """c10's ``set_sizes_contiguous``: ``sizes`` (ints) with row-major strides, so the
         flags are known without a check: contiguous, hence non-overlapping and dense."""
-        self.sizes = sizes = tuple(sizes)
+        self.sizes = sizes = sizes if type(sizes) is tuple else tuple(sizes)
         self.strides = contiguous_strides(sizes)
         self.is_contiguous_ = self._non_overlapping_and_dense = True
 

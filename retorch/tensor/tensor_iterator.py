@@ -38,6 +38,9 @@ from .type_promotion import ResultTypeState, _category, can_cast
 #: The element strides of ``fast_op``'s operands (1, or 0 for a broadcast scalar), by
 #: pattern: kernels only read strides, so one array serves every op of a pattern.
 _UNIT_STRIDES: dict[tuple, np.ndarray] = {}
+_ALL_UNIT = [(1,) * (n + 1) for n in range(8)]  # fast_op's pattern for n inputs, no scalar
+#: Their 1-d iteration shapes ``[n]``, by ``n`` (likewise only read).
+_SHAPES_1D: dict[int, np.ndarray] = {}
 
 
 def _joins_as_scalar(i, dtype, device) -> bool:
@@ -56,12 +59,13 @@ class OperandInfo:
 
     __slots__ = ("tensor", "is_output", "will_resize", "stride_bytes", "target_dtype")
 
-    def __init__(self, tensor, is_output):
+    def __init__(self, tensor, is_output, dtype=None):
         self.tensor = tensor
         self.is_output = is_output
         self.will_resize = False
         self.stride_bytes: list[int] = []
-        self.target_dtype = None if tensor is None else tensor.dtype
+        # (``dtype``: the tensor's, when the caller holds it already)
+        self.target_dtype = dtype if dtype is not None or tensor is None else tensor.dtype
 
 
 class TensorIteratorConfig:
@@ -225,15 +229,18 @@ class TensorIterator:
                 if i.storage is o.storage and i.storage_offset != o.storage_offset:
                     return None  # overlapping or not: compute_mem_overlaps decides
         self = cls.__new__(cls)
-        ops = [OperandInfo(out, True)]
-        ops += [OperandInfo(t, False) for t in inputs]
+        ops = [OperandInfo(out, True, out_dtype)]
+        for t in inputs:
+            ops.append(OperandInfo(t, False, dtype))
         if sizes:
             n = 1
             for s in sizes:
                 n *= s
             self.shape, self.perm = [n], [0]
-            for op in ops:
-                op.stride_bytes = [op.tensor._impl.dtype.itemsize]
+            ops[0].stride_bytes = [out_dtype.itemsize]
+            item = dtype.itemsize  # every input has the common dtype (a scalar was cast)
+            for op in ops[1:]:
+                op.stride_bytes = [item]
             if scalars is not None:
                 # not fast_set_up's case (shapes differ): compute_strides gives the scalars
                 # stride 0, reorder_dimensions keeps the row-major order (perm reversed),
@@ -249,7 +256,10 @@ class TensorIterator:
         self.common_dtype, self.device = dtype, device
         self._out_copy_back, self.steps = [], None
         # kernel_args's element strides: 1, or 0 for a broadcast scalar
-        self._contiguous = tuple(0 if k in (scalars or ()) else 1 for k in range(-1, len(inputs)))
+        if scalars is None:
+            self._contiguous = _ALL_UNIT[len(inputs)]
+        else:
+            self._contiguous = tuple(0 if k in scalars else 1 for k in range(-1, len(inputs)))
         return self
 
     def __init__(self, config: TensorIteratorConfig):
@@ -604,14 +614,22 @@ class TensorIterator:
             arrays, offsets = [], []
             for op in self.operands:
                 impl = op.tensor._impl
-                arrays.append(impl.storage.typed(impl.dtype.np))
+                storage, np_dtype = impl.storage, impl.dtype.np
+                arr = storage._typed.get(np_dtype)  # (typed's cache, read without a call)
+                arrays.append(storage.typed(np_dtype) if arr is None else arr)
                 offsets.append(impl.storage_offset)
             strides = _UNIT_STRIDES.get(self._contiguous)
             if strides is None:
                 strides = _UNIT_STRIDES[self._contiguous] = np.array(
                     self._contiguous, dtype=np.int64
                 ).reshape(-1, 1)
-            return arrays, offsets, np.array(self.shape or [1], dtype=np.int64), strides
+            n = self.shape[0] if self.shape else 1
+            shape = _SHAPES_1D.get(n)
+            if shape is None:  # (kernels only read it: one array per length serves every call)
+                if len(_SHAPES_1D) >= 4096:
+                    _SHAPES_1D.clear()
+                shape = _SHAPES_1D[n] = np.array([n], dtype=np.int64)
+            return arrays, offsets, shape, strides
         arrays, offsets, rows = [], [], []
         for op in self.operands:
             impl = op.tensor._impl
