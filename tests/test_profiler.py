@@ -142,15 +142,18 @@ def test_nested_ops_are_children_as_in_torch():
 
     with rp.profile(profile_memory=True) as p:
         aten.linear(x, w, b)
+    with torch.profiler.profile() as tp:
+        torch.ops.aten.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(4))
+    torch_linear = next(e for e in tp.events() if e.name == "aten::linear")
     linear = p.events()[0]
     assert linear.name == "aten::linear" and linear.cpu_parent is None
-    assert [c.name for c in linear.cpu_children] == ["aten::t", "aten::matmul", "aten::add"]
-    matmul = linear.cpu_children[1]
-    assert [c.name for c in matmul.cpu_children] == ["aten::mm"]
-    assert matmul.cpu_children[0].cpu_parent is matmul
-    # bytes go to the innermost open range: mm's output (2 x 4 float32) is mm's own
-    assert matmul.cpu_children[0].self_cpu_memory_usage == 2 * 4 * 4
-    assert matmul.self_cpu_memory_usage == 0 and linear.self_cpu_memory_usage <= 0
+    names = [c.name for c in linear.cpu_children]
+    assert names == [c.name for c in torch_linear.cpu_children] == ["aten::t", "aten::addmm"]
+    addmm = linear.cpu_children[1]
+    assert addmm.cpu_parent is linear and not addmm.cpu_children  # (its mm is below the dispatcher)
+    # bytes go to the innermost open range: the output (2 x 4 float32) is addmm's own
+    assert addmm.self_cpu_memory_usage == 2 * 4 * 4
+    assert linear.cpu_children[0].self_cpu_memory_usage == 0 and linear.self_cpu_memory_usage <= 0
     for e in p.events():
         assert e.start_us <= e.end_us
         for c in e.cpu_children:

@@ -238,6 +238,24 @@ def test_fast_op_with_outputs_given():
     assert rt.add(a, b, out=a) is a and a.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
 
 
+@pytest.mark.parametrize("name", ["add", "mul"])
+def test_a_0_dim_view_of_the_output_is_a_partial_overlap_as_in_torch(name):
+    """``x.mul_(x[0])``: the 0-dim input starts where the output does (same storage, same
+    offset), yet overlaps it only in part; torch raises, in place and with ``out=``."""
+    x, t = _f(3), torch.arange(3.0)
+    assert TensorIterator.fast_op(x, (x, x[0]), None, False) is None
+    for mine, torchs in (
+        (lambda: getattr(rt.ops, name + "_")(x, x[0]), lambda: getattr(t, name + "_")(t[0])),
+        (lambda: getattr(rt, name)(x, x[0], out=x), lambda: getattr(torch, name)(t, t[0], out=t)),
+    ):
+        with pytest.raises(RuntimeError) as theirs:
+            torchs()
+        with pytest.raises(RuntimeError, match="some elements of the input tensor and") as ours:
+            mine()
+        assert str(ours.value) == str(theirs.value)
+    assert x.tolist() == t.tolist() == [0.0, 1.0, 2.0]
+
+
 @settings(max_examples=100, deadline=None)
 @given(operands(), st.sampled_from(["add", "sub", "mul", "div"]))
 def test_ops_through_either_path_equal_torch(ab, name):

@@ -223,18 +223,26 @@ def _mm(node, g):
     AccumulateGrad keeps it without a copy (the gradient layout contract)."""
     grad_self = grad_mat2 = None
     if _needs(node, 0):
-        mat2 = _saved(node, "mat2")
-        if _column_major(node.self_sym_sizes, node.self_sym_strides):
-            grad_self = mat2.matmul(g.transpose(0, 1)).transpose(0, 1)
-        else:
-            grad_self = g.matmul(mat2.transpose(0, 1))
+        grad_self = _mm_mat1_backward(
+            g, _saved(node, "mat2"), node.self_sym_sizes, node.self_sym_strides
+        )
     if _needs(node, 1):
-        self_ = _saved(node, "self_")
-        if _column_major(node.mat2_sym_sizes, node.mat2_sym_strides):
-            grad_mat2 = g.transpose(0, 1).matmul(self_).transpose(0, 1)
-        else:
-            grad_mat2 = self_.transpose(0, 1).matmul(g)
+        grad_mat2 = _mm_mat2_backward(
+            g, _saved(node, "self_"), node.mat2_sym_sizes, node.mat2_sym_strides
+        )
     return grad_self, grad_mat2
+
+
+def _mm_mat1_backward(g, mat2, sizes, strides):
+    if _column_major(sizes, strides):
+        return mat2.matmul(g.transpose(0, 1)).transpose(0, 1)
+    return g.matmul(mat2.transpose(0, 1))
+
+
+def _mm_mat2_backward(g, mat1, sizes, strides):
+    if _column_major(sizes, strides):
+        return g.transpose(0, 1).matmul(mat1).transpose(0, 1)
+    return mat1.transpose(0, 1).matmul(g)
 
 
 def _mv(node, g):
@@ -336,3 +344,29 @@ FORMULAS = {
     "log_softmax": ("LogSoftmaxBackward0", _log_softmax),
     "nll_loss": ("NllLossBackward0", _nll_loss),
 }
+
+
+def _addmm(node, g):
+    """``AddmmBackward0`` (derivatives.yaml): ``self: maybe_multiply(grad, beta)``, and
+    ``mm_mat1_backward`` / ``mm_mat2_backward`` of the product, each times ``alpha`` after
+    its matmul. ``self``'s gradient has the product's shape: the engine sums it down to the
+    bias's (``validate_outputs``), as torch's does."""
+    alpha, beta = node.alpha, node.beta
+    grads = [None, None, None]
+    if _needs(node, 0):
+        grads[0] = g * beta if beta != 1 else g
+    if _needs(node, 1):
+        grads[1] = _mm_mat1_backward(
+            g, _saved(node, "mat2"), node.mat1_sym_sizes, node.mat1_sym_strides
+        )
+    if _needs(node, 2):
+        grads[2] = _mm_mat2_backward(
+            g, _saved(node, "mat1"), node.mat2_sym_sizes, node.mat2_sym_strides
+        )
+    if alpha != 1:
+        grads[1:] = [None if x is None else x * alpha for x in grads[1:]]
+    return tuple(grads)
+
+
+USED_BY["addmm"] = {"mat1": (2,), "mat2": (1,)}
+FORMULAS["addmm"] = ("AddmmBackward0", _addmm)

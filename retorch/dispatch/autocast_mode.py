@@ -49,12 +49,12 @@ from .local_dispatch_key_set import ExcludeDispatchKeyGuard, _tls
 #: (``AT_FORALL_FP32`` and ``AT_FORALL_FP32_SET_OPT_DTYPE`` in ``autocast_mode.h``).
 POLICIES = {
     "cpu": {
-        "lower_precision_fp": ("mm", "matmul", "linear"),
+        "lower_precision_fp": ("mm", "addmm", "matmul", "linear"),
         "fp32": ("nll_loss", "cross_entropy_loss"),
         "fp32_set_opt_dtype": (),
     },
     "cuda": {
-        "lower_precision_fp": ("mm", "matmul", "linear"),
+        "lower_precision_fp": ("mm", "addmm", "matmul", "linear"),
         "fp32": ("exp", "log", "pow.Tensor_Scalar", "nll_loss"),
         "fp32_set_opt_dtype": ("softmax.int", "log_softmax.int", "sum", "sum.dim_IntList"),
     },

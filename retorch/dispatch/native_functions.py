@@ -56,6 +56,7 @@ SCHEMAS = [
     "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor",
     "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
     "mm(Tensor self, Tensor mat2) -> Tensor",
+    "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
     "matmul(Tensor self, Tensor other) -> Tensor",
     "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",
     "t(Tensor(a) self) -> Tensor(a)",
@@ -156,6 +157,9 @@ BACKEND = {
     "sum.dim_IntList": _sum_dim,
     "mean.dim": _mean_dim,
     "mm": lambda self, mat2: _w(_o.mm(self.data, mat2.data)),
+    "addmm": lambda self, mat1, mat2, beta=1, alpha=1: _w(
+        _o.addmm(self.data, mat1.data, mat2.data, beta=beta, alpha=alpha)
+    ),
     "view": lambda self, size: _w(self.data.view(tuple(size))),
     "_softmax": lambda self, dim, half_to_float: _w(_o.softmax(self.data, dim)),
     "_log_softmax": lambda self, dim, half_to_float: _w(_o.log_softmax(self.data, dim)),
@@ -202,13 +206,29 @@ def _matmul(self, other):
     if a >= 3 and b == 2:
         lead = tuple(self.shape[:-1])
         folded = ops.aten.reshape(self, [-1, self.shape[-1]])
-        return ops.aten.view(ops.aten.mm(folded, other), list(lead) + [other.shape[1]])
+        # (_unsafe_view, as _matmul_impl: the product is a new tensor, not a view of one)
+        return ops.aten._unsafe_view(ops.aten.mm(folded, other), list(lead) + [other.shape[1]])
     raise NotImplementedError(
         f"retorch's matmul handles 2-D @ 2-D and N-D @ 2-D, got {a}-D @ {b}-D"
     )
 
 
 def _linear(input, weight, bias=None):
+    """``at::native::linear`` (``aten/src/ATen/native/Linear.cpp``): with a bias, a 2-D input
+    is one ``addmm``; a contiguous input of other ranks (and a 1-D bias) is flattened to 2-D
+    for it and viewed back (``_flatten_nd_linear``). Otherwise ``matmul``, then the bias added
+    (torch adds it in place unless the bias is a tensor subclass; here out of place)."""
+    if bias is not None:
+        if input.dim() == 2:
+            return ops.aten.addmm(bias, input, ops.aten.t(weight))
+        if input.is_contiguous() and (input.dim() == 3 or bias.dim() == 1):
+            sizes = list(input.shape)
+            rows = 1
+            for s in sizes[:-1]:  # (not -1: a size-0 dim makes -1 ambiguous)
+                rows *= s
+            flat = ops.aten.reshape(input, [rows, sizes[-1]])
+            out = ops.aten.addmm(bias, flat, ops.aten.t(weight))
+            return ops.aten.view(out, sizes[:-1] + [out.shape[1]])
     out = ops.aten.matmul(input, ops.aten.t(weight))
     return out if bias is None else ops.aten.add.Tensor(out, bias)
 
@@ -265,7 +285,7 @@ IMPLICIT = {
 #: The backend ops whose ``native_functions.yaml`` entry keeps the device check: the others
 #: say ``device_check: NoCheck`` (a TensorIterator op checks devices itself, and lets a 0-dim
 #: CPU tensor join CUDA ones). tests/test_dispatch_device.py reads the yaml torch ships.
-DEVICE_CHECK = ("mm", "_softmax", "_log_softmax", "nll_loss_forward")
+DEVICE_CHECK = ("mm", "addmm", "_softmax", "_log_softmax", "nll_loss_forward")
 
 
 def _device_checked(schema: str, fn):

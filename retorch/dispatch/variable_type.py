@@ -317,3 +317,16 @@ def register() -> list:
     for name in ("t", "view", "detach"):
         inplace_or_view.impl(name, _ad_view(name), with_keyset=True)
     return [autograd, inplace_or_view]
+
+
+def _addmm_attrs(v, out):  # AddmmBackward0's scalars and mm_mat*_backward's layouts
+    a, b = v["mat1"].data._impl, v["mat2"].data._impl
+    return {"alpha": v["alpha"], "beta": v["beta"],
+            "mat1_sym_sizes": a.sizes, "mat1_sym_strides": a.strides,
+            "mat2_sym_sizes": b.sizes, "mat2_sym_strides": b.strides}  # fmt: skip
+
+
+FUNCTIONAL["addmm"] = dict(
+    op="addmm", inputs=("self", "mat1", "mat2"), save={"mat1": "mat1", "mat2": "mat2"},
+    attrs=_addmm_attrs,
+)  # fmt: skip

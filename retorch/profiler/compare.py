@@ -17,13 +17,12 @@ import os
 
 #: Ranges torch records and retorch does not, and why (torch 2.13, CPU).
 ONLY_TORCH = {
-    "aten::addmm": "torch's linear is addmm (bias + matmul in one op, Linear.cpp); "
-    "retorch's linear is matmul + add",
     "aten::transpose": "torch's t() calls transpose, which calls as_strided; "
     "retorch's t makes the view in its own kernel",
     "aten::as_strided": "views made by transpose and expand (see aten::transpose)",
-    "aten::expand": "addmm expands the bias over the batch before copying it",
-    "aten::copy_": "addmm copies the expanded bias into its output",
+    "aten::expand": "torch's addmm expands the bias over the batch before copying it; "
+    "retorch's addmm adds the bias with retorch.tensor, below the dispatcher",
+    "aten::copy_": "torch's addmm copies the expanded bias into its output (see aten::expand)",
     "aten::resolve_conj": "addmm and mm resolve a conjugate bit on their inputs (complex "
     "tensors); retorch has no conjugate bit",
     "aten::clamp_min": "torch's relu is clamp_min(0); retorch's relu is its own kernel",
@@ -31,8 +30,6 @@ ONLY_TORCH = {
     "Optimizer.step#SGD.step": "torch's Optimizer wraps each step in a record_function "
     "label (torch/optim/optimizer.py); retorch.optim does not",
     "Optimizer.step#Adam.step": "as Optimizer.step#SGD.step",
-    "AddmmBackward0": "the node of addmm; retorch's linear records MmBackward0 + AddBackward0",
-    "autograd::engine::evaluate_function: AddmmBackward0": "as AddmmBackward0",
     "aten::detach": "AccumulateGrad detaches the gradient it stores, through the dispatcher; "
     "retorch's stores it below the dispatcher",
     "detach": "the range aten::detach opens inside itself",
@@ -61,15 +58,7 @@ BACKWARD_ONLY_TORCH = "a derivative formula's op: torch's formulas call ops thro
     "dispatcher, retorch's (chapter 3) compute with retorch.tensor below it"  # fmt: skip
 
 #: Ranges retorch records and torch does not.
-ONLY_RETORCH = {
-    "aten::matmul": "retorch's linear is matmul(input, t(weight)) + add (see aten::addmm)",
-    "aten::mm": "matmul of two 2-D tensors is mm",
-    "aten::add": "the bias add of retorch's linear",
-    "MmBackward0": "the node of mm (torch records AddmmBackward0 instead)",
-    "AddBackward0": "the node of the bias add (torch records AddmmBackward0 instead)",
-    "autograd::engine::evaluate_function: MmBackward0": "as MmBackward0",
-    "autograd::engine::evaluate_function: AddBackward0": "as AddBackward0",
-}
+ONLY_RETORCH = {}
 
 
 @contextlib.contextmanager

@@ -385,9 +385,10 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
 # ---- in place --------------------------------------------------------------------------------------
 def _check_inplace(x, other):
     """torch's order of errors for ``x.op_(other)``: memory overlap, then the broadcast shape.
-    With ``other`` of ``x``'s shape (or a Python number) the shape cannot fail, and the
-    iterator's own ``compute_mem_overlaps`` raises the same overlap errors: nothing to do."""
-    if not isinstance(other, Tensor) or other._impl.sizes == x._impl.sizes:
+    With ``other`` of ``x``'s shape, or 0-dim (a Python number, wrapped or not), the shape
+    cannot fail, and the iterator's own ``compute_mem_overlaps`` raises the same overlap
+    errors: nothing to do."""
+    if not isinstance(other, Tensor) or not other._impl.sizes or other._impl.sizes == x._impl.sizes:
         return
     if _is_meta(x, other):
         return _meta.check_inplace_broadcast(x.shape, _as_tensor(other).shape)
@@ -1008,3 +1009,33 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+
+def addmm(self, mat1, mat2, beta=1, alpha=1):
+    """``torch.addmm``: ``beta * self + alpha * (mat1 @ mat2)``, ``self`` broadcast to the
+    product's shape; what ``F.linear`` calls for a layer with a bias (``Linear.cpp``). Checks
+    in the order of ``TORCH_META_FUNC(addmm)`` (``LinearAlgebra.cpp``). torch's CPU kernel
+    copies the expanded ``self`` into the result and lets the GEMM accumulate onto it; here
+    the product is computed first and ``self`` added into it in place: one output, one
+    rounding of each sum, as the GEMM's for a single block of ``k``. ``beta=0`` ignores
+    ``self`` (NaN included), as BLAS does."""
+    if mat1.dim() != 2:
+        raise RuntimeError(f"mat1 must be a matrix, got {mat1.dim()}-D tensor")
+    if mat2.dim() != 2:
+        raise RuntimeError(f"mat2 must be a matrix, got {mat2.dim()}-D tensor")
+    for name, t in (("self", self), ("mat1", mat1)):
+        if t.dtype is not mat2.dtype:
+            raise RuntimeError(
+                f"{name} and mat2 must have the same dtype, but got {t.dtype.scalar_name} and "
+                f"{mat2.dtype.scalar_name}"
+            )
+    out = mm(mat1, mat2)
+    bias = self.expand(*out.shape)  # (raises torch's message for a bias of the wrong size)
+    if alpha != 1:
+        mul_(out, alpha)
+    if beta != 0:
+        add_(out, bias, alpha=beta)
+    return out
+
+
+__all__ += ["addmm"]

@@ -226,7 +226,9 @@ class TensorIterator:
                 return None
             for t in inputs:
                 i = t._impl
-                if i.storage is o.storage and i.storage_offset != o.storage_offset:
+                if i.storage is o.storage and (
+                    i.storage_offset != o.storage_offset or i.sizes != sizes
+                ):  # (a 0-dim view of the output's first element: a partial overlap)
                     return None  # overlapping or not: compute_mem_overlaps decides
         self = cls.__new__(cls)
         ops = [OperandInfo(out, True, out_dtype)]
