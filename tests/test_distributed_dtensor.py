@@ -411,3 +411,114 @@ def test_fully_shard_trains_as_torch_s(world):
             for a, b in zip(a_step, b_step, strict=True):
                 assert a.shape == b.shape, (rank, a.shape, b.shape)
                 torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+# ---- sharding propagation of pointwise ops and sum (torch's _pointwise_ops.py, _math_ops.py) --
+
+#: name -> (torch's call on DTensors, retorch's); "b" is a second DTensor, numbers are scalars
+_OPS = {
+    "add": (lambda a, b: a + b, "add", True),
+    "sub": (lambda a, b: a - b, "sub", True),
+    "mul": (lambda a, b: a * b, "mul", True),
+    "add 2": (lambda a, b: a + 2, "add", 2),
+    "sub 1.5": (lambda a, b: a - 1.5, "sub", 1.5),
+    "mul 3": (lambda a, b: a * 3, "mul", 3),
+    "div 2": (lambda a, b: a / 2, "div", 2),
+    "neg": (lambda a, b: -a, "neg", None),
+    "relu": (lambda a, b: torch.relu(a), "relu", None),
+    "gelu": (lambda a, b: torch.nn.functional.gelu(a), "gelu", None),
+    "sum": (lambda a, b: a.sum(), "sum", ()),
+    "sum 0": (lambda a, b: a.sum(0), "sum", (0,)),
+    "sum -1 keepdim": (lambda a, b: a.sum(-1, keepdim=True), "sum", (-1, True)),
+    "sum (0, 1)": (lambda a, b: a.sum((0, 1)), "sum", ((0, 1),)),
+}
+
+
+def _call_ours(name, a, b):
+    from retorch.distributed.tensor import _pointwise_ops as ops
+
+    _, fn, arg = _OPS[name]
+    if arg is True:
+        return getattr(ops, fn)(a, b)
+    if arg is None:
+        return getattr(ops, fn)(a)
+    if isinstance(arg, tuple):
+        return ops.sum(a, *arg)
+    return getattr(ops, fn)(a, arg)
+
+
+def _op_cases(rank: int, world: int, mesh_shape, cases) -> list:
+    """Each case (op, shape of a, shape of b, seed, placements of a, of b) in both libraries:
+    the output's placements and shape, the collectives issued, this rank's piece."""
+    libs, records = _libs(), []
+    meshes = {name: init("cpu", mesh_shape) for name, (_, init, _) in libs.items()}
+    for op, sa, sb, seed, pa, pb in cases:
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randint(-4, 5, sa, generator=g).float()
+        b = torch.randint(-4, 5, sb, generator=g).float()
+        rec = {}
+        for name, (lib, _, Comm) in libs.items():
+            A, B = (_make(lib, meshes[name], x, p, rank) for x, p in ((a, pa), (b, pb)))
+            try:
+                with Comm() as mode:
+                    C = _OPS[op][0](A, B) if name == "torch" else _call_ours(op, A, B)
+                rec[name] = ([str(p) for p in C.placements], tuple(C.shape), _counts(mode),
+                             C.to_local().clone())  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - the error is what is compared
+                rec[name] = (type(e).__name__,)
+        records.append((op, sa, sb, pa, pb, rec))
+    return records
+
+
+def _assert_same_ops(results) -> int:
+    n = 0
+    for rank, records in enumerate(results):
+        for *case, rec in records:
+            ours, theirs = rec["retorch"], rec["torch"]
+            assert ours[:3] == theirs[:3], (rank, case, ours[:3], theirs[:3])
+            if len(ours) > 3:
+                assert ours[3].shape == theirs[3].shape, (rank, case)
+                torch.testing.assert_close(ours[3], theirs[3], atol=1e-6, rtol=1e-6)
+            n += 1
+    return n
+
+
+#: Partial("max") only where no reduction follows (chapter 7's ring all-reduce only adds)
+_P1 = ["S0", "S1", "R", "Psum", "Pavg"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_pointwise_ops_and_sum_propagate_as_torch_s_on_a_1d_mesh(world):
+    """Every pair of placements for add/sub/mul of two DTensors (5 rows: uneven on 2 and 4
+    ranks), every placement for the unary and scalar ops and sum; a (3,) operand broadcasts."""
+    pairs = ["S0", "S1", "R", "Psum", "Pavg"]
+    cases = [(op, (5, 3), (5, 3), i, (pa,), (pb,)) for i, (op, pa, pb) in
+             enumerate(itertools.product(["add", "sub", "mul"], pairs, pairs))]  # fmt: skip
+    cases += [(op, (5, 3), (5, 3), 100 + i, (pa,), ("R",)) for i, (op, pa) in enumerate(
+        itertools.product([o for o in _OPS if _OPS[o][2] is not True], _P1))]  # fmt: skip
+    cases += [(op, (5, 3), (5, 3), 200, ("Pmax",), ("R",)) for op in ("relu", "neg")]
+    cases += [(op, (5, 3), (3,), 300 + i, (pa,), (pb,)) for i, (op, pa, pb) in enumerate(
+        itertools.product(["add", "mul"], ["S0", "S1", "Psum"], ["S0", "R", "Psum"]))]  # fmt: skip
+    assert _assert_same_ops(launch(_op_cases, world, (world,), cases, timeout=150)) == world * (
+        len(cases)
+    )
+
+
+@pytest.mark.slow
+@_LAUNCHING
+@given(data=st.data())
+def test_pointwise_ops_and_sum_on_a_2x2_mesh_propagate_as_torch_s(data):
+    """Random ops, shapes (1 to 5 per dim: uneven and empty pieces) and placements, a
+    broadcast second operand sometimes; 24 cases per launch of 4 ranks."""
+    names = st.sampled_from(_P1[:4])
+    cases = []
+    for i in range(24):
+        op = data.draw(st.sampled_from(list(_OPS)))
+        sa = tuple(data.draw(st.lists(st.integers(1, 5), min_size=2, max_size=3)))
+        sb = sa[data.draw(st.integers(0, len(sa) - 1)) :] if _OPS[op][2] is True else sa
+        pa, pb = (tuple(data.draw(names) for _ in range(2)) for _ in range(2))
+        pa = tuple("R" if p.startswith("S") and int(p[1]) >= len(sa) else p for p in pa)
+        pb = tuple("R" if p.startswith("S") and int(p[1]) >= len(sb) else p for p in pb)
+        cases.append((op, sa, sb, i, pa, pb if _OPS[op][2] is True else ("R", "R")))
+    assert _assert_same_ops(launch(_op_cases, 4, (2, 2), cases, timeout=150)) == 4 * 24
