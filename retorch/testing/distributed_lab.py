@@ -15,13 +15,17 @@ dtypes, sparse gradients and parameters larger than the cap.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import threading
 import types
+import warnings
 from unittest import mock
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..distributed import collectives
 
@@ -29,8 +33,12 @@ __all__ = [
     "Ring",
     "check_assign_buckets",
     "check_flat_param",
+    "check_mm_placement",
+    "check_redistribute_steps",
     "check_reduce_scatter",
     "check_ring_schedule",
+    "check_shard_sizes",
+    "fake_world",
     "rank_inputs",
 ]
 
@@ -390,3 +398,290 @@ def check_flat_param(cmp, flatten_and_shard, unflatten) -> None:
                     cmp.equal(g, p, f"parameter {i} from {where}", reuse)
                     view = g.untyped_storage().data_ptr() == full.untyped_storage().data_ptr()
                     cmp.equal(view, True, f"parameter {i} is a view of the flat tensor", hint)
+
+
+# ---- exercises 5 to 7: torch's DTensor on a fake process group, every rank in this process ----
+# torch 2.13's "fake" backend (torch/testing/_internal/distributed/fake_pg.py) accepts every
+# collective without sending anything, and its LocalTensorMode (torch/distributed/_local_tensor)
+# holds every rank's piece in one tensor and runs each collective on all of them: so torch's
+# own DTensor runs here on any world size, without processes, and the checks read what it
+# issues (the collectives, recorded from the dispatcher as CommDebugMode counts them), its
+# local shapes and its sharding propagation.
+@contextlib.contextmanager
+def fake_world(n: int):
+    """torch's DTensor on ``n`` simulated ranks; the fake process group is gone afterwards."""
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    quiet = [logging.getLogger(n) for n in ("torch.distributed", "torch._logging")]
+    levels = [q.level for q in quiet]
+    for q in quiet:  # torch's advice on flattening meshes, its "falling back" notes
+        q.setLevel(logging.ERROR)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=n)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with LocalTensorMode(n):
+                yield
+    finally:
+        dist.destroy_process_group()
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+
+
+class _Collectives(TorchDispatchMode):
+    """The collectives DTensor issues, in order: (op name, process group name)."""
+
+    def __init__(self):
+        super().__init__()
+        self.issued = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        namespace, _, name = func._schema.name.partition("::")
+        if namespace in ("_c10d_functional", "_dtensor") and name not in (
+            "wait_tensor",
+            "_wrap_tensor_autograd",
+        ):
+            self.issued.append((name, [a for a in args if isinstance(a, str)][-1]))  # its group
+        return func(*args, **(kwargs or {}))
+
+
+def _dtensor(x: torch.Tensor, mesh, placements):
+    """``x`` as a DTensor lying as ``placements`` (a Partial dim holds a replica as its term)."""
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+
+    plain = [Replicate() if p.is_partial() else p for p in placements]
+    d = distribute_tensor(x, mesh, plain)
+    return DTensor.from_local(d.to_local(), mesh, placements, run_check=False, shape=x.shape,
+                              stride=x.stride())  # fmt: skip
+
+
+# ---- exercise 5: the collectives of a placement change ---------------------------------------
+def torch_redistribute_steps(mesh_shape, src, dst, shape=(12, 10)) -> list[tuple[int, str]]:
+    """What torch's ``DTensor.redistribute`` issues from ``src`` to ``dst``: (mesh dim, name)
+    per step, a collective's name as the dispatcher sees it (what CommDebugMode counts), and
+    ``"chunk"`` for a step of torch's plan (``_gen_transform_infos``) that cuts locally.
+    Call inside ``fake_world(prod(mesh_shape))``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor._redistribute import _gen_transform_infos
+
+    mesh = init_device_mesh("cpu", tuple(mesh_shape))
+    groups = {mesh.get_group(d).group_name: d for d in range(mesh.ndim)}
+    x = _dtensor(torch.arange(float(math.prod(shape))).reshape(shape), mesh, src)
+    target = _dtensor(torch.zeros(shape), mesh, dst)._spec
+    with _Collectives() as rec:
+        x.redistribute(mesh, dst)
+    issued = iter(rec.issued)
+    steps = []
+    for info in _gen_transform_infos(x._spec, target):
+        current, want = info.src_dst_placements
+        if mesh.size(info.mesh_dim) == 1:
+            continue  # torch's short cut: one piece, nothing to do
+        if current.is_replicate() and want.is_shard():
+            steps.append((info.mesh_dim, "chunk"))
+        else:
+            name, group = next(issued)
+            steps.append((groups[group], name))
+    leftover = list(issued)
+    if leftover:
+        raise AssertionError(f"torch issued collectives its plan does not list: {leftover}")
+    return steps
+
+
+# (mesh shape, source placements, target placements); s0, s1: Shard(0), Shard(1); p: Partial()
+REDISTRIBUTE_CASES = [
+    ((2, 2), "s0 s0", "r r"),  # nested sharding gathered, inner dim first
+    ((2, 2), "s0 s0", "r s0"),  # the inner Shard(0) is nested: it must be redone
+    ((2, 2), "s0 s1", "s1 s0"),  # both dims swap
+    ((2, 3), "p s1", "s0 s0"),
+    ((2, 2), "p p", "s0 r"),
+    ((2, 2), "r s0", "s0 s0"),
+    ((3, 2), "s1 r", "s0 s1"),  # Shard(1) -> Shard(0): an all-to-all
+    ((2, 2), "s0 r", "s1 r"),
+    ((1, 4), "s0 p", "r s1"),  # a mesh dim of size 1: nothing to do there
+    ((4,), "p", "s1"),
+    ((4,), "s0", "s1"),
+    ((2, 2, 2), "s0 s0 s1", "s1 r s0"),
+    ((2, 2), "r r", "s1 s1"),
+    ((2, 2), "s1 p", "s1 s1"),
+]
+
+
+def _placement(code: str):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    return {"r": Replicate(), "p": Partial(), "s0": Shard(0), "s1": Shard(1)}[code]
+
+
+def random_redistribute_cases(n_cases: int, seed: int):
+    """Random 2-D (and some 3-D) meshes; sources may hold Partial, targets never do."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (1,), generator=gen))]
+
+    for _ in range(n_cases):
+        mesh_shape = pick([(2, 2), (2, 3), (3, 2), (1, 2), (2, 1, 2)])
+        src = " ".join(pick(["r", "p", "s0", "s1"]) for _ in mesh_shape)
+        dst = " ".join(pick(["r", "s0", "s1"]) for _ in mesh_shape)
+        yield mesh_shape, src, dst
+
+
+def check_redistribute_steps(cmp, redistribute_steps) -> None:
+    hint = (
+        "per mesh dim: Partial -> Replicate all_reduce, Partial -> Shard reduce_scatter_tensor, "
+        "Shard -> Replicate all_gather_into_tensor, Shard(i) -> Shard(j) shard_dim_alltoall, "
+        "Replicate -> Shard a local chunk, nothing on a mesh dim of size 1. When the source "
+        "holds shards, torch first walks the mesh dims inner to outer, sending a target "
+        "Shard(d) to Replicate instead when the mesh dims before it do not shard tensor dim d "
+        "as the target's do (nested sharding); then outer to inner to what is left"
+    )
+    cases = [*REDISTRIBUTE_CASES, *random_redistribute_cases(20, seed=5)]
+    by_world = {}
+    for mesh_shape, src, dst in cases:
+        by_world.setdefault(math.prod(mesh_shape), []).append((mesh_shape, src, dst))
+    for world, group in sorted(by_world.items()):
+        with fake_world(world):
+            wants = [torch_redistribute_steps(m, [_placement(c) for c in s.split()],
+                                              [_placement(c) for c in d.split()])
+                     for m, s, d in group]  # fmt: skip
+        for (mesh_shape, src, dst), want in zip(group, wants):
+            s = tuple(_placement(c) for c in src.split())
+            d = tuple(_placement(c) for c in dst.split())
+            what = f"redistribute_steps({mesh_shape}, {s}, {d})"
+            got = cmp.call(lambda: [(int(m), str(n)) for m, n in redistribute_steps(
+                mesh_shape, s, d)], what + " ran", hint)  # fmt: skip
+            cmp.equal(got, want, what + ", against what torch's DTensor issues", hint)
+
+
+# ---- exercise 6: uneven shards and their padding ---------------------------------------------
+def torch_shard_sizes(size: int, world: int) -> list[tuple[int, int]]:
+    """(local size, padding for the all-gather) per rank of a dim of ``size`` sharded on
+    ``world`` ranks: the local sizes from torch's ``distribute_tensor`` (every rank's piece),
+    the padding from ``Shard._split_tensor(with_padding=True)``, which ``_to_replicate_tensor``
+    uses. Call inside ``fake_world(world)``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    local = distribute_tensor(torch.zeros(size, 2), mesh, [Shard(0)]).to_local()
+    sizes = [local._local_tensors[r].shape[0] for r in range(world)]
+    _, pads = Shard(0)._split_tensor(torch.zeros(size, 2), world, with_padding=True)
+    return list(zip(sizes, pads, strict=True))
+
+
+SHARD_SIZE_CASES = [(size, world) for world in (1, 2, 3, 4, 5, 8)
+                    for size in sorted({0, 1, world - 1, world, world + 1, 2 * world - 1,
+                                        2 * world + 1, 3 * world - 2, 13})]  # fmt: skip
+
+
+def check_shard_sizes(cmp, shard_sizes) -> None:
+    hint = (
+        "torch.chunk's pieces: ceil(size / world) elements each while they last, so the last "
+        "ranks can get fewer, or 0; every piece is padded at the end to ceil(size / world) for "
+        "the all-gather, padding = that minus the rank's size"
+    )
+    by_world = {}
+    for size, world in SHARD_SIZE_CASES:
+        by_world.setdefault(world, []).append(size)
+    for world, sizes in sorted(by_world.items()):
+        with fake_world(world):
+            wants = [torch_shard_sizes(size, world) for size in sizes]
+        for size, want in zip(sizes, wants):
+            what = f"shard_sizes({size}, {world})"
+            got = cmp.call(lambda: [(int(a), int(b)) for a, b in shard_sizes(size, world)],
+                           what + " ran (a list of (local size, padding) per rank)", hint)  # fmt: skip
+            cmp.equal(got, want, what + ", against torch's DTensor", hint)
+
+
+# ---- exercise 7: the output placement of mm --------------------------------------------------
+def _mm_candidates():
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    return [Replicate(), Shard(0), Shard(1), Partial("sum"), Partial("avg")]
+
+
+def torch_mm_placement(a_shape, pa, b_shape, pb, world):
+    """torch's choice for ``torch.mm(A, B)`` of DTensors lying as ``pa``, ``pb`` on a 1-D mesh
+    of ``world`` ranks: (output placement, A's placement for the op, B's), read from its
+    sharding propagation (``propagate_op_sharding``) and checked against the output of
+    ``torch.mm`` itself; and torch's ``redistribute_cost`` from each input to each candidate
+    placement, {(input, placement): microseconds}. Call inside ``fake_world(world)``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._collective_utils import redistribute_cost
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._op_schema import OpSchema
+
+    mesh = init_device_mesh("cpu", (world,))
+    a = _dtensor(torch.ones(a_shape), mesh, [pa])
+    b = _dtensor(torch.ones(b_shape), mesh, [pb])
+    schema = OpSchema(torch.ops.aten.mm.default, (a._spec, b._spec), {})
+    chosen = DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding(schema)
+    out = chosen.output_spec.placements[0]
+    args = chosen.redistribute_schema.args_schema if chosen.redistribute_schema else [a, b]
+    wants = [s.placements[0] for s in args]
+    ran = torch.mm(a, b).placements[0]
+    if ran != out:
+        raise AssertionError(f"torch.mm gave {ran}, its sharding propagation said {out}")
+    costs = {}
+    for i, x in enumerate((a, b)):
+        for p in _mm_candidates():
+            target = DTensorSpec(mesh, (p,), tensor_meta=x._spec.tensor_meta)
+            costs[i, p] = float(redistribute_cost(x._spec, target))
+    return (out, *wants), costs
+
+
+def mm_cases(n_cases: int, seed: int):
+    """(A's shape, its placement, B's shape, its placement, world): world 2 to 5, shapes from
+    1 to 40 (some dims shorter than the world: those can't be sharded), inputs Replicate,
+    Shard(0), Shard(1) or Partial("sum"), placed where they are shardable."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(lo, hi):
+        return int(torch.randint(lo, hi, (1,), generator=gen))
+
+    options = [Replicate(), Shard(0), Shard(1), Partial()]
+    for _ in range(n_cases):
+        world = draw(2, 6)
+        m, k, n = (draw(1, 41) if draw(0, 4) else draw(1, world + 1) for _ in range(3))
+        pa, pb = options[draw(0, 4)], options[draw(0, 4)]
+        pa = Replicate() if pa.is_shard() and (m, k)[pa.dim] < world else pa
+        pb = Replicate() if pb.is_shard() and (k, n)[pb.dim] < world else pb
+        yield (m, k), pa, (k, n), pb, world
+
+
+def check_mm_placement(cmp, mm_placement) -> None:
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    hint = (
+        "torch's strategies for mm, in its order: all Replicate; k sharded in both (A Shard(1), "
+        "B Shard(0)) -> Partial(sum); A's rows (A Shard(0), B Replicate) -> Shard(0); B's "
+        "columns (A Replicate, B Shard(1)) -> Shard(1); then for reduce op sum, then avg: "
+        "(A Partial, B Replicate) and (A Replicate, B Partial) -> Partial. Drop a strategy "
+        "that shards a dim shorter than the world; a strategy asking for nothing to move "
+        "wins, else the first that costs 0, else the cheapest (the first on a tie)"
+    )
+    fixed = [((8, 6), Shard(0), (6, 4), Shard(0), 2), ((8, 6), Replicate(), (6, 4), Shard(0), 4),
+             ((8, 6), Shard(1), (6, 4), Replicate(), 3), ((8, 2), Shard(1), (2, 4), Shard(0), 4),
+             ((8, 6), Shard(1), (6, 4), Shard(1), 2), ((8, 6), Partial(), (6, 4), Shard(1), 2),
+             ((3, 6), Shard(1), (6, 16), Partial(), 4), ((2, 6), Replicate(), (6, 3), Replicate(), 4)]  # fmt: skip
+    by_world = {}
+    for case in [*fixed, *mm_cases(24, seed=3)]:
+        by_world.setdefault(case[-1], []).append(case)
+    for world, cases in sorted(by_world.items()):
+        with fake_world(world):
+            wants = [torch_mm_placement(*case) for case in cases]
+        for (a_shape, pa, b_shape, pb, _), (want, costs) in zip(cases, wants):
+            what = f"mm_placement({a_shape}, {pa}, {b_shape}, {pb}, {world}, cost)"
+
+            def cost(i, placement, costs=costs):
+                return costs[int(i), placement]
+
+            got = cmp.call(lambda: tuple(mm_placement(a_shape, pa, b_shape, pb, world, cost)),
+                           what + " ran ((output, A's placement, B's placement))", hint)  # fmt: skip
+            cmp.equal(got, want, what + ", against torch's DTensor", hint)

@@ -62,6 +62,62 @@ for numel, shape in meta:
 return params
 """
 
+_REDISTRIBUTE = """\
+names = {"PR": "all_reduce", "PS": "reduce_scatter_tensor", "SR": "all_gather_into_tensor",
+         "SS": "shard_dim_alltoall", "RS": "chunk"}
+current, steps = list(src), []
+
+def kind(p):
+    return "P" if p.is_partial() else "S" if p.is_shard() else "R"
+
+def move(d, target):
+    if current[d] != target and mesh_shape[d] > 1:
+        steps.append((d, names[kind(current[d]) + kind(target)]))
+    current[d] = target
+
+if math.prod(n for n, p in zip(mesh_shape, src) if p.is_shard()) > 1:
+    for d in reversed(range(len(src))):  # last to first: undo nested sharding
+        target = dst[d]
+        if target.is_shard():
+            now = [i for i in range(d) if current[i].is_shard(target.dim)]
+            then = [i for i in range(d) if dst[i].is_shard(target.dim)]
+            target = target if now == then else Replicate()
+        move(d, target)
+for d in range(len(src)):  # first to last: the rest
+    move(d, dst[d])
+return steps
+"""
+
+_SHARD_SIZES = """\
+chunk = math.ceil(size / world)
+sizes = [max(0, min(size, (r + 1) * chunk) - r * chunk) for r in range(world)]
+return [(s, chunk - s) for s in sizes]
+"""
+
+_MM = """\
+R = Replicate()
+strategies = [(R, R, R), (Partial(), Shard(1), Shard(0)), (Shard(0), Shard(0), R),
+              (Shard(1), R, Shard(1))]
+for op in ("sum", "avg"):
+    strategies += [(Partial(op), Partial(op), R), (Partial(op), R, Partial(op))]
+
+def fits(shape, p):
+    return not p.is_shard() or shape[p.dim] >= world
+
+best, best_cost, free = None, float("inf"), None
+for out, wa, wb in strategies:
+    if not (fits(a_shape, wa) and fits(b_shape, wb)):
+        continue
+    if (wa, wb) == (pa, pb):
+        return out, wa, wb  # nothing moves
+    c = cost(0, wa) + cost(1, wb)
+    if c == 0 and free is None:
+        free = (out, wa, wb)
+    if c < best_cost:
+        best, best_cost = (out, wa, wb), c
+return free or best
+"""
+
 
 def _sub(text: str, old: str, new: str) -> str:
     assert old in text, old  # a wrong answer must change the solution where it says
@@ -492,6 +548,127 @@ return params
         (
             "unflatten with .view(*shape): a 0-d parameter's empty shape calls view()",
             [None, _sub(_UNFLATTEN, ".view(shape))", ".view(*shape))")],
+        ),
+    ],
+    "ex5_redistribute_steps": [
+        (
+            "all_reduce for Partial -> Shard (every rank gets the whole sum, then cuts it)",
+            _sub(_REDISTRIBUTE, '"PS": "reduce_scatter_tensor"', '"PS": "all_reduce"'),
+        ),
+        (
+            "Shard(i) -> Shard(j) named all_gather (chapter 7's CPU fallback; torch's DTensor "
+            "issues its all-to-all here)",
+            _sub(_REDISTRIBUTE, '"SS": "shard_dim_alltoall"', '"SS": "all_gather_into_tensor"'),
+        ),
+        (
+            "nested sharding ignored: every mesh dim moved straight to its target, first to last",
+            _sub(
+                _REDISTRIBUTE,
+                "if math.prod(n for n, p in zip(mesh_shape, src) if p.is_shard()) > 1:",
+                "if False:",
+            ),
+        ),
+        (
+            "the nested-sharding pass walked first to last instead of last to first",
+            _sub(_REDISTRIBUTE, "for d in reversed(range(len(src))):", "for d in range(len(src)):"),
+        ),
+        (
+            "the last-to-first pass run even when the source holds no shards",
+            _sub(
+                _REDISTRIBUTE,
+                "if math.prod(n for n, p in zip(mesh_shape, src) if p.is_shard()) > 1:",
+                "if True:",
+            ),
+        ),
+        (
+            "steps on mesh dims of size 1 listed (torch does nothing there)",
+            _sub(
+                _REDISTRIBUTE,
+                "if current[d] != target and mesh_shape[d] > 1:",
+                "if current[d] != target:",
+            ),
+        ),
+        (
+            "nested sharding compared by how many mesh dims shard the tensor dim, not which",
+            _sub(
+                _REDISTRIBUTE, "target if now == then else", "target if len(now) == len(then) else"
+            ),
+        ),
+    ],
+    "ex6_shard_sizes": [
+        (
+            "torch.tensor_split's pieces (sizes differ by at most one) instead of torch.chunk's",
+            """\
+chunk = math.ceil(size / world)
+sizes = [size // world + (r < size % world) for r in range(world)]
+return [(s, chunk - s) for s in sizes]
+""",
+        ),
+        (
+            "no padding: the pieces go to the collective as they are",
+            _sub(
+                _SHARD_SIZES,
+                "return [(s, chunk - s) for s in sizes]",
+                "return [(s, 0) for s in sizes]",
+            ),
+        ),
+        (
+            "floor(size / world) per rank, the remainder on the last rank",
+            """\
+base = size // world
+sizes = [base] * (world - 1) + [size - base * (world - 1)]
+return [(s, max(sizes) - s) for s in sizes]
+""",
+        ),
+        (
+            "size // world + 1 elements per piece (one too many when world divides size)",
+            _sub(_SHARD_SIZES, "chunk = math.ceil(size / world)", "chunk = size // world + 1"),
+        ),
+        (
+            "no max(0, ...): a rank past the end gets a negative size",
+            _sub(
+                _SHARD_SIZES,
+                "max(0, min(size, (r + 1) * chunk) - r * chunk)",
+                "min(size, (r + 1) * chunk) - r * chunk",
+            ),
+        ),
+        (
+            "the padding counted to the total (chunk * world - size) on the last rank only",
+            """\
+chunk = math.ceil(size / world)
+sizes = [max(0, min(size, (r + 1) * chunk) - r * chunk) for r in range(world)]
+return [(s, chunk * world - size if r == world - 1 else 0) for r, s in enumerate(sizes)]
+""",
+        ),
+    ],
+    "ex7_mm_placement": [
+        (
+            "the first strategy that fits, whatever it costs",
+            _sub(_MM, "    c = cost(0, wa) + cost(1, wb)\n", "    return out, wa, wb\n"),
+        ),
+        (
+            "the cheapest, without preferring a strategy that moves nothing",
+            _sub(_MM, "        return out, wa, wb  # nothing moves\n", "        pass\n"),
+        ),
+        (
+            "no shardability filter: a dim shorter than the world is sharded anyway",
+            _sub(_MM, "return not p.is_shard() or shape[p.dim] >= world", "return True"),
+        ),
+        (
+            "the Partial strategies left out (matmul's linearity in each input)",
+            _sub(_MM, 'for op in ("sum", "avg"):', "for op in ():"),
+        ),
+        (
+            "ties broken by the last cheapest strategy instead of the first",
+            _sub(_MM, "if c < best_cost:", "if c <= best_cost:"),
+        ),
+        (
+            "k sharded as A Shard(0), B Shard(1) (the contracted dims mixed up)",
+            _sub(_MM, "(Partial(), Shard(1), Shard(0))", "(Partial(), Shard(0), Shard(1))"),
+        ),
+        (
+            "the costs of the two inputs multiplied instead of added",
+            _sub(_MM, "c = cost(0, wa) + cost(1, wb)", "c = cost(0, wa) * cost(1, wb)"),
         ),
     ],
 }
