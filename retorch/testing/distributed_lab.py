@@ -663,8 +663,8 @@ def check_mm_placement(cmp, mm_placement) -> None:
         "B Shard(0)) -> Partial(sum); A's rows (A Shard(0), B Replicate) -> Shard(0); B's "
         "columns (A Replicate, B Shard(1)) -> Shard(1); then for reduce op sum, then avg: "
         "(A Partial, B Replicate) and (A Replicate, B Partial) -> Partial. Drop a strategy "
-        "that shards a dim shorter than the world; a strategy asking for nothing to move "
-        "wins, else the first that costs 0, else the cheapest (the first on a tie)"
+        "that shards a dim shorter than the world; of the others take the cheapest, "
+        "cost(0, A's placement) + cost(1, B's placement), the first of them on a tie"
     )
     fixed = [((8, 6), Shard(0), (6, 4), Shard(0), 2), ((8, 6), Replicate(), (6, 4), Shard(0), 4),
              ((8, 6), Shard(1), (6, 4), Replicate(), 3), ((8, 2), Shard(1), (2, 4), Shard(0), 4),
