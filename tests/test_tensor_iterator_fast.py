@@ -186,10 +186,29 @@ def test_plans_are_replayed_and_keyed_by_metadata(case, inputs):
     assert again.stride() == expected.stride() and again.tolist() == expected.tolist()
 
 
+def test_a_replayed_plan_still_checks_overlap_as_torch():
+    """Step 0 compares storages, which no plan key holds: a plan made on operands that do not
+    overlap is replayed for operands of the same metadata only after the overlap check."""
+    from retorch.tensor import tensor_iterator as ti
+
+    def operands(base, row):  # out = base[0:12] and an input base[4:16], as 3 x 4; a row (4,)
+        return base[:12].view(3, 4), (base[4:].view(3, 4), row)
+
+    out, inputs = operands(_f(16), _f(4))
+    fine = _config(_f(16)[:12].view(3, 4), (_f(16)[4:].view(3, 4), _f(4)))  # no overlap
+    assert fine._plan_key() == _config(out, inputs)._plan_key()
+    ti._PLANS.pop(fine._plan_key(), None)
+    fine.build()  # (a broadcast row: every step runs, and leaves its plan)
+    assert fine._plan_key() in ti._PLANS
+    tout, tinputs = operands(torch.arange(16.0), torch.arange(4.0))
+    with pytest.raises(RuntimeError) as theirs:
+        torch.add(*tinputs, out=tout)
+    with pytest.raises(RuntimeError) as ours:
+        _config(out, inputs).build()
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_no_plan_where_build_reads_more_than_metadata():
-    base = _f(8)
-    cfg = _config(base[:6], (base[2:], _f(6)))  # an output given: overlap depends on storage
-    assert cfg._plan_key() is None
     cfg = _config(None, (_f(3), _f(3)))
     cfg.trace = True
     assert cfg._plan_key() is None

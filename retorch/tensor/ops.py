@@ -38,7 +38,7 @@ from .tensor_factories import (  # noqa: F401  (re-exported)
     zeros_like,
 )
 from .tensor_impl import TensorImpl, storage_nbytes
-from .tensor_iterator import OperandInfo, TensorIterator, TensorIteratorConfig, resize_output
+from .tensor_iterator import TensorIterator, TensorIteratorConfig, resize_output
 from .tensor_shape import alias, contiguous
 from .wrap_dim_utils import dim_list_to_bitset, maybe_wrap_dim
 
@@ -348,8 +348,8 @@ def to(x: Tensor, device=None, dtype=None) -> Tensor:
     if device == x.device == "cpu" and x.dim() == 0 and not is_half(dtype) | is_half(x.dtype):
         # a 0-dim CPU tensor (often a Python number being promoted): convert on the host,
         # no kernel launch (the value is cast as the copy loop would, by C rules)
-        out = empty((), dtype=dtype)
-        out.numpy()[()] = x.numpy()[()]
+        out, i = empty_generic((), dtype, "cpu"), x._impl
+        out._impl.storage.typed(dtype.np)[0] = i.storage.typed(i.dtype.np)[i.storage_offset]
         return out
     if device == x.device:
         return copy_(empty_like(x, dtype=dtype), x)
@@ -400,21 +400,12 @@ def _check_inplace(x, other):
         )
 
 
-class _Overlap:
-    """Just enough of a TensorIterator for compute_mem_overlaps."""
-
-    def __init__(self, cfg):
-        self.operands = [OperandInfo(t, True) for t in cfg.outputs]
-        self.operands += [OperandInfo(t, False) for t in cfg.inputs]
-        self.noutputs = len(cfg.outputs)
-
-
 def _check_overlap(out, *inputs):
     """torch checks memory overlap before it resizes ``out`` or checks an in-place shape."""
     cfg = TensorIteratorConfig().add_output(out)
     for t in inputs:
         cfg.add_input(_as_tensor(t))
-    TensorIterator.compute_mem_overlaps(_Overlap(cfg))
+    tensor_iterator.check_mem_overlaps(cfg)
 
 
 def add_(x, other, alpha=1):
@@ -682,7 +673,7 @@ def _index_bounds(index):
     """(smallest, largest) index; on meta there are no values to check: (0, -1)."""
     if index.device == "meta":
         return 0, -1
-    v = index.cpu().numpy()
+    v = index.numpy() if index.device == "cpu" else index.cpu().numpy()
     return (int(v.min()), int(v.max())) if v.size else (0, -1)
 
 

@@ -108,6 +108,8 @@ class TensorIteratorConfig:
             return TensorIterator(self)
         plan = _PLANS.get(key)
         if plan is not None:
+            if self.check_mem_overlap and any(t is not None for t in self.outputs):
+                check_mem_overlaps(self)  # step 0 reads storages, which no plan answers
             return TensorIterator._from_plan(self, plan)
         it = TensorIterator(self)
         plan = it._plan(self)
@@ -120,15 +122,12 @@ class TensorIteratorConfig:
     def _plan_key(self):
         """What every step of ``build`` reads, when that is only metadata: each operand's
         sizes, strides, dtype, device and whether it is a wrapped number, this config's flags
-        and the default dtype. ``None`` when the steps read more: a given output whose
-        memory may overlap an input (``compute_mem_overlaps`` compares storages), or a
-        traced build."""
+        and the default dtype. ``None`` for a traced build. (Step 0, ``compute_mem_overlaps``,
+        compares storages: ``build`` runs it before it replays a plan.)"""
         if self.trace:
             return None
         ops = []
         for t in self.outputs:
-            if t is not None and self.check_mem_overlap:
-                return None
             ops.append(_meta_key(t))
         for t in self.inputs:
             ops.append(_meta_key(t))
@@ -139,6 +138,15 @@ class TensorIteratorConfig:
             self.is_reduction, self.resize_outputs_, self.check_mem_overlap,
             _dtypes.default_dtype, tuple(ops),
         )  # fmt: skip
+
+
+def check_mem_overlaps(config) -> None:
+    """``compute_mem_overlaps`` for a config's operands, without building its iterator."""
+    probe = TensorIterator.__new__(TensorIterator)
+    probe.operands = [OperandInfo(t, True) for t in config.outputs]
+    probe.operands += [OperandInfo(t, False) for t in config.inputs]
+    probe.noutputs = len(config.outputs)
+    probe.compute_mem_overlaps()
 
 
 def _meta_key(t):
