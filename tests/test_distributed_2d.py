@@ -82,3 +82,20 @@ def test_fsdp_over_dp_and_tensor_parallel_over_tp_train_as_torch_s():
     fwd = {"c10d._allgather_base_": 2, "c10d_functional.all_reduce": 1}
     bwd = {"c10d._allgather_base_": 2, "c10d._reduce_scatter_base_": 2}
     assert results[0]["torch"]["comms"] == [(fwd, bwd)] * 3
+
+
+@pytest.mark.slow
+def test_bytes_per_step_of_each_design_match_torch_s_collectives():
+    """DDP, FlatParameter sharding, FSDP2 and TP on one model (484 float32 parameters) on 4
+    ranks: retorch's bytes on the wire per step equal torch's collectives priced by the ring
+    model; DDP all-reduces every parameter once (2 (n-1)/n of them), FSDP2 and FlatParameter
+    gather them twice and reduce-scatter them once ((n-1)/n each), TP all-reduces one
+    activation."""
+    from retorch.distributed.demos import bytes_per_step, bytes_table
+
+    rows = {r[0]: r[1:] for r in bytes_table(launch(bytes_per_step, 4, timeout=150))}
+    params = 484 * 4
+    assert rows["DDP"][:2] == (2 * 3 * params // 4,) * 2
+    assert rows["FSDP2"][:2] == (3 * 3 * params // 4,) * 2
+    assert rows["FlatParameter"][:2] == (3 * 3 * params // 4, None)
+    assert rows["TP"][:2] == (2 * 3 * 8 * 16 * 4 // 4,) * 2  # the (8, 16) activation

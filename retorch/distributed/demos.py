@@ -467,3 +467,137 @@ def tp_and_fsdp2(rank: int, world: int, steps: int) -> dict:
             res[design + " shapes"] = [tuple(p.shape) for p in res["retorch"][design]["pieces"]]
             res[design + " torch shapes"] = [tuple(p.shape) for p in res["torch"][design]["pieces"]]
         return res
+
+
+# ---- bytes moved per rank per step: DDP, FlatParameter sharding, FSDP2, TP (issue 31) ---------
+
+
+#: the ring's bytes sent per rank, as a fraction of the collective's whole tensor, per c10d op
+#: name as torch's dispatcher shows it (all-reduce: a reduce-scatter then an all-gather)
+_RING_SHARE = {
+    "_allgather_base_": 1, "all_gather_into_tensor": 1, "allgather_": 1,
+    "_reduce_scatter_base_": 1, "reduce_scatter_tensor": 1,
+    "allreduce_": 2, "all_reduce": 2,
+}  # fmt: skip
+
+
+class _TorchCollectiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """The c10d ops torch issues in a block, seen at the dispatcher (where ``CommDebugMode``
+    looks too), each priced by the ring model: ``share * (n - 1) / n`` of its whole tensor (an
+    all-gather's output, a reduce-scatter's input, an all-reduce's tensor)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.bytes, self.ops = n, 0.0, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1]
+        if name in _RING_SHARE:
+            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                       if isinstance(a, torch.Tensor)]  # fmt: skip
+            whole = max(t.numel() * t.element_size() for t in tensors)
+            self.bytes += _RING_SHARE[name] * (self.n - 1) / self.n * whole
+            self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def _allreduce_hook_counted(state, bucket):
+    """The built-in ``allreduce_hook`` (divide, then all-reduce the bucket) of torch's or
+    retorch's DDP (``state["hook"]``), counting the bucket by the ring model: both reducers
+    call gloo's all-reduce, torch's from C++, out of the dispatcher's sight."""
+    state["bytes"] += 2 * (state["n"] - 1) / state["n"] * bucket.buffer().nbytes
+    state["ops"] += 1
+    return state["hook"](None, bucket)
+
+
+def bytes_per_step(rank: int, world: int, steps: int = 2) -> dict:
+    """One model (chapter 7's MLP, 8-16-16-4), one SGD step after ``steps - 1`` warm-up
+    steps, under DDP, FlatParameter sharding (``fsdp.py``: a flat unit per Linear pair and the
+    root), FSDP2 (``fully_shard`` per Linear and the root) and TP (Colwise, Rowwise, the head
+    whole): the bytes this rank sent in the last step, counted on retorch's wire
+    (``collectives.count_bytes``: chapter 7's rings) and, for torch, from the collectives it
+    issued priced by the ring model; DDP (both libraries all-reduce through gloo) from its
+    buckets, counted by a comm hook. No torch column for FlatParameter sharding: torch's is
+    FSDP1's ``FullyShardedDataParallel``, not run here."""
+    from torch.nn.parallel import DistributedDataParallel as torch_ddp
+
+    import retorch.nn as rn
+    from retorch.nn.parallel import DistributedDataParallel as DDP
+
+    from . import fsdp
+    from .device_mesh import init_device_mesh as r_init
+    from .fully_shard import fully_shard as r_shard
+    from .tensor import parallel as r_tp
+
+    with _quiet():
+        from torch.distributed.device_mesh import init_device_mesh as t_init
+        from torch.distributed.fsdp import fully_shard as t_shard
+        from torch.distributed.tensor import parallel as t_tp
+
+        def tp(lib, init):
+            plan = {"0": lib.ColwiseParallel(), "2": lib.RowwiseParallel()}
+            return lib.parallelize_module(_mlp(0, torch.nn), init("cpu", (world,)), plan)
+
+        def fsdp2(shard, init):
+            model, mesh = _mlp(0, torch.nn), init("cpu", (world,))
+            for layer in (model[0], model[2], model[4], model):
+                shard(layer, mesh=mesh)
+            return model
+
+        flat = _mlp(0, rn)
+        fsdp.fully_shard_units(flat, [flat[0], flat[2]])
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as t_hooks
+
+        from .algorithms.ddp_comm_hooks import default_hooks as r_hooks
+
+        ddp, hooked = {}, {}
+        for name, make, hooks in (("retorch", DDP, r_hooks), ("torch", torch_ddp, t_hooks)):
+            ddp[name] = make(_mlp(0, rn if name == "retorch" else torch.nn))
+            hooked[name] = {"n": world, "bytes": 0.0, "ops": 0, "hook": hooks.allreduce_hook}
+            ddp[name].register_comm_hook(hooked[name], _allreduce_hook_counted)
+        designs = {
+            "DDP": (ddp["retorch"], ddp["torch"]),
+            "FlatParameter": (flat, None),
+            "FSDP2": (fsdp2(r_shard, r_init), fsdp2(t_shard, t_init)),
+            "TP": (tp(r_tp, r_init), tp(t_tp, t_init)),
+        }
+        rows = {}
+        for design, (ours, theirs) in designs.items():
+            row = {}
+            for name, model in (("retorch", ours), ("torch", theirs)):
+                if model is None:
+                    row[name] = None
+                    continue
+                opt = torch.optim.SGD(model.parameters(), lr=0.05)
+                for step in range(steps):
+                    x, y = _batch(step, 0 if design == "TP" else rank)  # TP: one batch for all
+                    for state in hooked.values():
+                        state.update(bytes=0.0, ops=0)
+                    with C.count_bytes() as sent, _TorchCollectiveBytes(world) as seen:
+                        torch.nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+                    opt.zero_grad()
+                if design == "DDP":
+                    state = hooked[name]
+                    row[name] = {"bytes": state["bytes"], "ops": {"allreduce": state["ops"]}}
+                elif name == "retorch":
+                    row[name] = {"bytes": sent.bytes, "messages": sent.messages}
+                else:
+                    row[name] = {"bytes": seen.bytes, "ops": seen.ops}
+            rows[design] = row
+        return rows
+
+
+def bytes_table(per_rank: list[dict]) -> list[tuple]:
+    """``bytes_per_step``'s results (one dict per rank) as rows for a ``side_by_side`` table:
+    (design, retorch's bytes per rank, torch's, torch's collectives), rank 0's; every rank
+    moves the same bytes in these designs (the assertion says so)."""
+    first = per_rank[0]
+    assert all(r == first for r in per_rank), "ranks moved different bytes"
+    rows = []
+    for design, row in first.items():
+        theirs = row["torch"]
+        ops = "-" if theirs is None else ", ".join(f"{k} x{v}" for k, v in theirs["ops"].items())
+        rows.append((design, int(row["retorch"]["bytes"]),
+                     None if theirs is None else int(theirs["bytes"]), ops))  # fmt: skip
+    return rows
