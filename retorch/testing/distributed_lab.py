@@ -414,7 +414,12 @@ def fake_world(n: int):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        dist.destroy_process_group()
+        if dist.get_backend() != "fake":
+            raise RuntimeError(
+                f"fake_world({n}) needs this process's default process group, and a "
+                f"{dist.get_backend()!r} one is initialized: run the check in a fresh process"
+            )
+        dist.destroy_process_group()  # left by an earlier fake_world that was interrupted
     quiet = [logging.getLogger(n) for n in ("torch.distributed", "torch._logging")]
     levels = [q.level for q in quiet]
     for q in quiet:  # torch's advice on flattening meshes, its "falling back" notes
@@ -655,9 +660,19 @@ def mm_cases(n_cases: int, seed: int):
         yield (m, k), pa, (k, n), pb, world
 
 
-def check_mm_placement(cmp, mm_placement) -> None:
+def mm_fixed_cases():
+    """Chosen cases: each strategy wins once; a dim of 2 on 4 ranks cannot be sharded;
+    Partial inputs; everything replicated on more ranks than rows."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
+    R = Replicate()
+    return [((8, 6), Shard(0), (6, 4), Shard(0), 2), ((8, 6), R, (6, 4), Shard(0), 4),
+            ((8, 6), Shard(1), (6, 4), R, 3), ((8, 2), Shard(1), (2, 4), Shard(0), 4),
+            ((8, 6), Shard(1), (6, 4), Shard(1), 2), ((8, 6), Partial(), (6, 4), Shard(1), 2),
+            ((3, 6), Shard(1), (6, 16), Partial(), 4), ((2, 6), R, (6, 3), R, 4)]  # fmt: skip
+
+
+def check_mm_placement(cmp, mm_placement) -> None:
     hint = (
         "torch's strategies for mm, in its order: all Replicate; k sharded in both (A Shard(1), "
         "B Shard(0)) -> Partial(sum); A's rows (A Shard(0), B Replicate) -> Shard(0); B's "
@@ -666,12 +681,8 @@ def check_mm_placement(cmp, mm_placement) -> None:
         "that shards a dim shorter than the world; of the others take the cheapest, "
         "cost(0, A's placement) + cost(1, B's placement), the first of them on a tie"
     )
-    fixed = [((8, 6), Shard(0), (6, 4), Shard(0), 2), ((8, 6), Replicate(), (6, 4), Shard(0), 4),
-             ((8, 6), Shard(1), (6, 4), Replicate(), 3), ((8, 2), Shard(1), (2, 4), Shard(0), 4),
-             ((8, 6), Shard(1), (6, 4), Shard(1), 2), ((8, 6), Partial(), (6, 4), Shard(1), 2),
-             ((3, 6), Shard(1), (6, 16), Partial(), 4), ((2, 6), Replicate(), (6, 3), Replicate(), 4)]  # fmt: skip
     by_world = {}
-    for case in [*fixed, *mm_cases(24, seed=3)]:
+    for case in [*mm_fixed_cases(), *mm_cases(24, seed=3)]:
         by_world.setdefault(case[-1], []).append(case)
     for world, cases in sorted(by_world.items()):
         with fake_world(world):
