@@ -435,9 +435,13 @@ _OPS = {
 
 
 def _call_ours(name, a, b):
+    """retorch's DTensor has torch's operators and ``sum`` method; relu and gelu are
+    functions of ``_pointwise_ops`` (torch reaches them through ``__torch_dispatch__``)."""
     from retorch.distributed.tensor import _pointwise_ops as ops
 
     _, fn, arg = _OPS[name]
+    if fn not in ("relu", "gelu", "div"):
+        return _OPS[name][0](a, b)
     if arg is True:
         return getattr(ops, fn)(a, b)
     if arg is None:

@@ -157,6 +157,40 @@ class DTensor:
         """The whole tensor on every rank: a redistribution to Replicate everywhere."""
         return self._redistribute([Replicate()] * self._spec.mesh.ndim).to_local()
 
+    # ---- pointwise ops and sum, propagated as torch's (``_pointwise_ops.py``) -------------
+    def __add__(self, other) -> DTensor:
+        return _pw().add(self, other)
+
+    def __radd__(self, other) -> DTensor:
+        return _pw().add(other, self)
+
+    def __sub__(self, other) -> DTensor:
+        return _pw().sub(self, other)
+
+    def __rsub__(self, other) -> DTensor:
+        return _pw().sub(other, self)
+
+    def __mul__(self, other) -> DTensor:
+        return _pw().mul(self, other)
+
+    def __rmul__(self, other) -> DTensor:
+        return _pw().mul(other, self)
+
+    def __truediv__(self, other) -> DTensor:
+        return _pw().div(self, other)
+
+    def __neg__(self) -> DTensor:
+        return _pw().neg(self)
+
+    def sum(self, dim=None, keepdim: bool = False) -> DTensor:
+        return _pw().sum(self, dim, keepdim)
+
+
+def _pw():
+    from . import _pointwise_ops  # imports this module: bound on first use
+
+    return _pointwise_ops
+
 
 def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements=None, *,
                       src_data_rank: int | None = 0) -> DTensor:  # fmt: skip
