@@ -410,8 +410,14 @@ def check_flat_param(cmp, flatten_and_shard, unflatten) -> None:
 @contextlib.contextmanager
 def fake_world(n: int):
     """torch's DTensor on ``n`` simulated ranks; the fake process group is gone afterwards."""
-    from torch.distributed._local_tensor import LocalTensorMode
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    try:
+        from torch.distributed._local_tensor import LocalTensorMode
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+    except ImportError as e:
+        raise RuntimeError(
+            f"exercises 5 to 7 run torch's DTensor under its LocalTensorMode, which torch "
+            f"{torch.__version__} lacks ({e}); the course's torch is 2.13"
+        ) from e
 
     if dist.is_initialized():
         if dist.get_backend() != "fake":
@@ -597,7 +603,7 @@ def check_shard_sizes(cmp, shard_sizes) -> None:
         for size, want in zip(sizes, wants):
             what = f"shard_sizes({size}, {world})"
             got = cmp.call(lambda: [(int(a), int(b)) for a, b in shard_sizes(size, world)],
-                           what + " ran (a list of (local size, padding) per rank)", hint)  # fmt: skip
+                           what + " ran (a list of (local size, padding))", hint)  # fmt: skip
             cmp.equal(got, want, what + ", against torch's DTensor", hint)
 
 
@@ -694,5 +700,5 @@ def check_mm_placement(cmp, mm_placement) -> None:
                 return costs[int(i), placement]
 
             got = cmp.call(lambda: tuple(mm_placement(a_shape, pa, b_shape, pb, world, cost)),
-                           what + " ran ((output, A's placement, B's placement))", hint)  # fmt: skip
+                           what + " ran (a triple of placements)", hint)  # fmt: skip
             cmp.equal(got, want, what + ", against torch's DTensor", hint)
