@@ -4,6 +4,9 @@
                        each change of placement needs
 - ``_redistribute``    the plan of steps between two placement lists, and its autograd node
 - ``_api``             ``DTensor``, ``distribute_tensor``
+- ``_ops``             sharding propagation of ``mm`` and the Linear layer's ops
+- ``_pointwise_ops``   sharding propagation of pointwise ops (+, -, *, /, neg, relu, gelu)
+                       and ``sum``
 - ``_collective_utils`` the collectives, padded for uneven pieces, counted
 - ``debug``            ``CommDebugMode``: the collectives a block issued, by torch's names
 """

@@ -12,6 +12,8 @@ torch/distributed/tensor/_ops/ (``_matrix_ops.py``'s ``gen_single_dim_einsum_str
   cost model of all-gather, all-reduce and reduce-scatter in microseconds, from the bytes and
   the mesh, in ``_collective_utils.py``); the cheapest wins, the first on a tie;
 - the inputs are redistributed (each collective counted) and the op runs on the pieces.
+
+The pointwise ops (relu among them) and ``sum`` are in ``_pointwise_ops.py``.
 """
 
 from __future__ import annotations
@@ -180,11 +182,3 @@ def linear(x: DTensor, w: DTensor, b: DTensor | None = None) -> DTensor:
     """``F.linear``: ``x @ w.t() + b`` (torch decomposes it to ``t`` and ``addmm``)."""
     y = mm(x, t(w))
     return y if b is None else add_bias(y, b)
-
-
-def relu(x: DTensor) -> DTensor:
-    """A nonlinear pointwise op: a Partial input is reduced first (relu of a sum is not the
-    sum of relus); shards and replicas pass through."""
-    if any(p.is_partial() for p in x.placements):
-        x = x._redistribute([Replicate() if p.is_partial() else p for p in x.placements])
-    return DTensor(torch.relu(x.to_local()), x._spec)
