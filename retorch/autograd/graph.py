@@ -312,3 +312,24 @@ class SavedVariable:
     def release(self) -> None:
         self.tensor = self.data = self.version_counter = self.grad_fn = None
         self.grad_accumulator = self.unpack_hook = None
+
+
+class save_on_cpu(saved_tensors_hooks):
+    """Within this block, every tensor saved for backward is copied to the CPU, and copied back
+    to the device it came from when backward needs it (``torch/autograd/graph.py``'s
+    ``save_on_cpu``): device memory traded for two copies per saved tensor. A tensor already
+    on the CPU is kept as it is (``.cpu()`` returns it), as in torch. Pinned host memory is not
+    rebuilt: ``pin_memory=True`` copies synchronously, as torch does where pinning is not
+    available."""
+
+    def __init__(self, pin_memory: bool = False, device_type: str = "cuda") -> None:
+        def pack_to_cpu(tensor):
+            return (tensor.device, tensor.data.cpu())
+
+        def unpack_from_cpu(packed):
+            from .tensor import Tensor
+
+            device, data = packed
+            return Tensor(data.to(device))
+
+        super().__init__(pack_to_cpu, unpack_from_cpu)

@@ -1315,3 +1315,18 @@ def plot_active_memory(history, ax=None, title: str | None = None):
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+# -- peak statistics of retorch's CUDA tensors, as torch/cuda/memory.py's --
+
+
+def reset_peak_memory_stats() -> None:
+    """``torch.cuda.reset_peak_memory_stats()``: every peak counter starts again from its current
+    value (``resetPeakStats``)."""
+    _settled().reset_peak_memory_stats()
+
+
+def max_memory_allocated() -> int:
+    """``torch.cuda.max_memory_allocated()``: the peak of bytes in blocks that tensors hold since
+    the start or the last :func:`reset_peak_memory_stats`."""
+    return memory_stats()["allocated_bytes.all.peak"]
