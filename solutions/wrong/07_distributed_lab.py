@@ -63,8 +63,8 @@ return params
 """
 
 _REDISTRIBUTE = """\
-names = {"PR": "all_reduce", "PS": "reduce_scatter_tensor", "SR": "all_gather_into_tensor",
-         "SS": "shard_dim_alltoall", "RS": "chunk"}
+names = {"PR": "all_reduce", "PS": "reduce_scatter_tensor",
+         "SR": "all_gather_into_tensor", "SS": "shard_dim_alltoall", "RS": "chunk"}
 current, steps = list(src), []
 
 def kind(p):
