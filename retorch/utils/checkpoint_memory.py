@@ -21,7 +21,6 @@ allocated before the forward.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from contextlib import nullcontext
 
@@ -99,21 +98,14 @@ def model(lib: str, depth: int, batch: int, width: int, device: str = "cpu", see
     return ra.tensor(dev(x)), [ra.tensor(dev(w), requires_grad=True) for w in ws]
 
 
-@contextlib.contextmanager
 def _backend(lib: str):
-    """Chapter 3's array backend on "retorch" for retorch's model, put back afterwards."""
-    from retorch.autograd.backend import get_array_backend, set_array_backend
+    """Chapter 3's array backend on "retorch" for retorch's model (torch's: left as it is)."""
+    from retorch.autograd.backend import array_backend, get_array_backend
 
-    before = get_array_backend()
-    if lib == "retorch":
-        set_array_backend("retorch")
-    try:
-        yield
-    finally:
-        set_array_backend(before)
+    return array_backend("retorch" if lib == "retorch" else get_array_backend())
 
 
-def _running_totals(lib: str, fn) -> list[int]:
+def memory_totals(lib: str, fn) -> list[int]:
     """Run ``fn`` under ``lib``'s profiler with ``profile_memory=True``: the bytes allocated
     after each ``[memory]`` event, from 0 at the start, in the order of the events."""
     if lib == "torch":
@@ -155,12 +147,12 @@ def _cpu_memory(lib, mode, depth, batch, width, segments, rng_state) -> dict:
     gc.collect()
     kept: list = []
     run = lambda: kept.append(forward(lib, x, ws, mode, segments, rng_state))  # noqa: E731
-    out["kept"] = _running_totals(lib, run)[-1]
+    out["kept"] = memory_totals(lib, run)[-1]
     kept.clear()  # the graph and output go: the next run starts from nothing kept
     x, ws = model(lib, depth, batch, width)
     gc.collect()
     step = lambda: forward(lib, x, ws, mode, segments, rng_state).sum().backward()  # noqa: E731
-    out["peak"] = max(_running_totals(lib, step))
+    out["peak"] = max(memory_totals(lib, step))
     return out
 
 
