@@ -526,3 +526,16 @@ def test_pointwise_ops_and_sum_on_a_2x2_mesh_propagate_as_torch_s(data):
         pb = tuple("R" if p.startswith("S") and int(p[1]) >= len(sb) else p for p in pb)
         cases.append((op, sa, sb, i, pa, pb if _OPS[op][2] is True else ("R", "R")))
     assert _assert_same_ops(launch(_op_cases, 4, (2, 2), cases, timeout=150)) == 4 * 24
+
+
+@pytest.mark.slow
+def test_mm_of_unsharded_inputs_on_a_2x2_mesh_keeps_torch_s_choice():
+    """No input sharded: torch's single-dim strategies have no Shard rule to offer, so mm of
+    (R, P) by (R, P) all-reduces one input rather than cutting both first (which the cost
+    model alone would prefer, by a hair: the bytes of the all-reduce halve). Found by the
+    random mm test."""
+    cases = [((2, 4, 2), 0, ("R", "Psum"), ("R", "Psum")),
+             ((5, 3, 4), 1, ("R", "Psum"), ("R", "Psum")),
+             ((4, 4, 4), 2, ("Psum", "R"), ("Psum", "Psum")),
+             ((3, 5, 2), 3, ("Psum", "Psum"), ("R", "R"))]  # fmt: skip
+    assert _assert_same_mm(launch(_mm_cases, 4, (2, 2), cases, timeout=120)) == 4 * 4

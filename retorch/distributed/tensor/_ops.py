@@ -7,10 +7,13 @@ torch/distributed/tensor/_ops/ (``_matrix_ops.py``'s ``gen_single_dim_einsum_str
 - an op lists *strategies*: for one mesh dimension, an output placement and the input
   placements that produce it (for ``mm`` "mk,kn->mn": all Replicate; both inputs sharded on
   k -> Partial; A sharded on m -> Shard(0); B sharded on n -> Shard(1); one input Partial,
-  the other Replicate -> Partial); a mesh of n dims takes every combination;
+  the other Replicate -> Partial); the Shard rules only when some input is sharded
+  (``single_dim_strategy.py``: with none, mm of two Partial/Replicate inputs never shards
+  them); a mesh of n dims takes every combination;
 - each strategy costs the redistributions its inputs need (``redistribute_cost``: torch's
   cost model of all-gather, all-reduce and reduce-scatter in microseconds, from the bytes and
-  the mesh, in ``_collective_utils.py``); the cheapest wins, the first on a tie;
+  the mesh, in ``_collective_utils.py``); ``_select`` picks as ``_select_min_cost_strategy``:
+  one that moves nothing, else the first free one, else the cheapest, the first on a tie;
 - the inputs are redistributed (each collective counted) and the op runs on the pieces.
 
 The pointwise ops (relu among them) and ``sum`` are in ``_pointwise_ops.py``.
@@ -111,26 +114,57 @@ def _shardable(shape, placements, mesh) -> bool:
     return True
 
 
-def _valid(x: DTensor, wanted) -> bool:
-    """torch's filter (``expand_to_full_mesh_op_strategy`` with ``allow_uneven_sharding``
-    off, as for ``mm``): every input must be shardable as the strategy wants it, even one that
-    already lies so."""
-    return _shardable(x.shape, wanted, x.device_mesh)
+def _expand(rules, inputs: list[DTensor]) -> list[list[Placement]]:
+    """All-Replicate first (``_insert_single_dim_replication_strategy``); the Shard rules
+    only if some input has a Shard placement (``_fill_single_dim_strategy_placeholders``)."""
+    n = 1 + len(inputs)
+    if not any(all(p == Replicate() for p in r) for r in rules):
+        rules = [[Replicate()] * n] + rules
+    sharded = any(p.is_shard() for x in inputs for p in x.placements)
+    out = []
+    for r in rules:
+        if any(isinstance(p, tuple) for p in r):
+            if sharded:
+                out.append([Shard(p[1]) if isinstance(p, tuple) else p for p in r])
+        else:
+            out.append(list(r))
+    return out
 
 
-def _choose(inputs: list[DTensor], single_dim) -> tuple[list, list]:
-    """The cheapest strategy over the whole mesh: (output placements, input placements)."""
+def _mixed_partial(placements) -> bool:
+    """A placement list with Partials of two reduce ops (other than sum with avg): skipped."""
+    ops = {p.reduce_op for p in placements if p.is_partial()}
+    return len(ops) > 1 and ops != {"sum", "avg"}
+
+
+def _select(inputs: list[DTensor], rules, uneven: bool = True):
+    """(output placements, input placements): every combination of the rules over the mesh
+    dims (``expand_to_full_mesh_op_strategy``), less the inputs not shardable so (a layout
+    already held may be uneven) and the mixed Partials; then ``_select_min_cost_strategy``:
+    the last strategy that moves nothing, else the first that costs 0 (Replicate -> Shard or
+    -> Partial is local), else the first of least cost (``redistribute_cost``)."""
     mesh = inputs[0].device_mesh
-    best, best_cost = None, float("inf")
-    for combo in itertools.product(single_dim, repeat=mesh.ndim):
-        out = [c[0] for c in combo]
-        wanted = [[c[1 + i] for c in combo] for i in range(len(inputs))]
-        if not all(_valid(x, w) for w, x in zip(wanted, inputs, strict=True)):
+    kept, costs = [], []
+    for combo in itertools.product(rules, repeat=mesh.ndim):
+        specs = [[r[i] for r in combo] for i in range(1 + len(inputs))]
+        if any(_mixed_partial(s) for s in specs):
             continue
-        cost = sum(redistribute_cost(x._spec, w) for x, w in zip(inputs, wanted, strict=True))
-        if cost < best_cost:
-            best, best_cost = (out, wanted), cost
-    return best
+        if not all(_shardable(x.shape, s, mesh) or (uneven and tuple(s) == x.placements)
+                   for x, s in zip(inputs, specs[1:], strict=True)):  # fmt: skip
+            continue
+        kept.append(specs)
+        costs.append(sum(redistribute_cost(x._spec, s)
+                         for x, s in zip(inputs, specs[1:], strict=True)))  # fmt: skip
+    if not kept:
+        raise RuntimeError("no sharding strategy fits the inputs")
+    still = [
+        i
+        for i, s in enumerate(kept)
+        if all(tuple(w) == x.placements for x, w in zip(inputs, s[1:], strict=True))
+    ]
+    free = [i for i, c in enumerate(costs) if c == 0]
+    best = still[-1] if still else free[0] if free else costs.index(min(costs))
+    return kept[best][0], kept[best][1:]
 
 
 def _spec(like: DTensor, placements, shape) -> DTensorSpec:
@@ -145,7 +179,9 @@ def _spec(like: DTensor, placements, shape) -> DTensorSpec:
 
 def mm(a: DTensor, b: DTensor) -> DTensor:
     """``torch.mm`` of two DTensors: choose a strategy, redistribute, multiply the pieces."""
-    out, (want_a, want_b) = _choose([a, b], _mm_single_dim())
+    placeholders = [[("S", p.dim) if p.is_shard() else p for p in r] for r in _mm_single_dim()]
+    rules = _expand(placeholders, [a, b])
+    out, (want_a, want_b) = _select([a, b], rules, uneven=False)
     a, b = a._redistribute(want_a), b._redistribute(want_b)
     local = torch.mm(a.to_local(), b.to_local())
     return DTensor(local, _spec(a, out, (a.shape[0], b.shape[1])))

@@ -20,15 +20,12 @@ Mirrors three torch files:
 
 from __future__ import annotations
 
-import builtins
-import itertools
-
 import torch
 import torch.nn.functional as F
 
 from ._api import DTensor
-from ._ops import _shardable, _spec, redistribute_cost
-from .placement_types import Partial, Placement, Replicate, Shard
+from ._ops import _expand, _select, _spec
+from .placement_types import Partial, Replicate, Shard
 
 __all__ = ["add", "div", "gelu", "mul", "neg", "relu", "sub", "sum"]
 
@@ -70,59 +67,6 @@ def _pointwise_rules(shapes, extra) -> list[list]:
         rules.append(rule)
     rules += [r for r in extra if len(r) == 1 + len(shapes)]
     return rules
-
-
-def _expand(rules, inputs: list[DTensor]) -> list[list[Placement]]:
-    """All-Replicate first (``_insert_single_dim_replication_strategy``); the Shard rules
-    only if some input has a Shard placement (``_fill_single_dim_strategy_placeholders``)."""
-    n = 1 + len(inputs)
-    if not any(all(p == Replicate() for p in r) for r in rules):
-        rules = [[Replicate()] * n] + rules
-    sharded = any(p.is_shard() for x in inputs for p in x.placements)
-    out = []
-    for r in rules:
-        if any(isinstance(p, tuple) for p in r):
-            if sharded:
-                out.append([Shard(p[1]) if isinstance(p, tuple) else p for p in r])
-        else:
-            out.append(list(r))
-    return out
-
-
-def _mixed_partial(placements) -> bool:
-    """A placement list with Partials of two reduce ops (other than sum with avg): skipped."""
-    ops = {p.reduce_op for p in placements if p.is_partial()}
-    return len(ops) > 1 and ops != {"sum", "avg"}
-
-
-def _select(inputs: list[DTensor], rules, uneven: bool = True):
-    """(output placements, input placements): every combination of the rules over the mesh
-    dims (``expand_to_full_mesh_op_strategy``), less the inputs not shardable so (a layout
-    already held may be uneven) and the mixed Partials; then ``_select_min_cost_strategy``:
-    the last strategy that moves nothing, else the first that costs 0 (Replicate -> Shard or
-    -> Partial is local), else the first of least cost (``redistribute_cost``)."""
-    mesh = inputs[0].device_mesh
-    kept, costs = [], []
-    for combo in itertools.product(rules, repeat=mesh.ndim):
-        specs = [[r[i] for r in combo] for i in range(1 + len(inputs))]
-        if any(_mixed_partial(s) for s in specs):
-            continue
-        if not all(_shardable(x.shape, s, mesh) or (uneven and tuple(s) == x.placements)
-                   for x, s in zip(inputs, specs[1:], strict=True)):  # fmt: skip
-            continue
-        kept.append(specs)
-        costs.append(builtins.sum(redistribute_cost(x._spec, s)
-                                  for x, s in zip(inputs, specs[1:], strict=True)))  # fmt: skip
-    if not kept:
-        raise RuntimeError("no sharding strategy fits the inputs")
-    still = [
-        i
-        for i, s in enumerate(kept)
-        if all(tuple(w) == x.placements for x, w in zip(inputs, s[1:], strict=True))
-    ]
-    free = [i for i, c in enumerate(costs) if c == 0]
-    best = still[-1] if still else free[0] if free else costs.index(min(costs))
-    return kept[best][0], kept[best][1:]
 
 
 # ---- the ops -------------------------------------------------------------------------------
