@@ -447,7 +447,7 @@ class _Collectives(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.issued = []
+        self.issued, self.inputs = [], []  # and each one's input tensor
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         namespace, _, name = func._schema.name.partition("::")
@@ -456,6 +456,7 @@ class _Collectives(TorchDispatchMode):
             "_wrap_tensor_autograd",
         ):
             self.issued.append((name, [a for a in args if isinstance(a, str)][-1]))  # its group
+            self.inputs.append(args[0])
         return func(*args, **(kwargs or {}))
 
 
@@ -570,16 +571,24 @@ def check_redistribute_steps(cmp, redistribute_steps) -> None:
 # ---- exercise 6: uneven shards and their padding ---------------------------------------------
 def torch_shard_sizes(size: int, world: int) -> list[tuple[int, int]]:
     """(local size, padding for the all-gather) per rank of a dim of ``size`` sharded on
-    ``world`` ranks: the local sizes from torch's ``distribute_tensor`` (every rank's piece),
-    the padding from ``Shard._split_tensor(with_padding=True)``, which ``_to_replicate_tensor``
-    uses. Call inside ``fake_world(world)``."""
+    ``world`` ranks: the local sizes from every rank's piece of torch's ``distribute_tensor``,
+    the padding from what each rank hands the all-gather of ``full_tensor()`` (its rows
+    minus the piece's), checked against ``Shard._split_tensor(with_padding=True)``'s pad
+    sizes. Call inside ``fake_world(world)``."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
     mesh = init_device_mesh("cpu", (world,))
-    local = distribute_tensor(torch.zeros(size, 2), mesh, [Shard(0)]).to_local()
-    sizes = [local._local_tensors[r].shape[0] for r in range(world)]
+    x = distribute_tensor(torch.zeros(size, 2), mesh, [Shard(0)])
+    sizes = [x.to_local()._local_tensors[r].shape[0] for r in range(world)]
     _, pads = Shard(0)._split_tensor(torch.zeros(size, 2), world, with_padding=True)
+    with _Collectives() as rec:
+        x.full_tensor()
+    if world > 1:  # one rank: torch's short cut, no collective
+        (sent,) = rec.inputs  # the all-gather's input on every rank
+        sent = [sent._local_tensors[r].shape[0] - n for r, n in enumerate(sizes)]
+        if sent != pads:
+            raise AssertionError(f"the all-gather's padding {sent}, _split_tensor's {pads}")
     return list(zip(sizes, pads, strict=True))
 
 
