@@ -502,6 +502,7 @@ def test_pointwise_ops_and_sum_propagate_as_torch_s_on_a_1d_mesh(world):
     cases += [(op, (5, 3), (5, 3), 100 + i, (pa,), ("R",)) for i, (op, pa) in enumerate(
         itertools.product([o for o in _OPS if _OPS[o][2] is not True], _P1))]  # fmt: skip
     cases += [(op, (5, 3), (5, 3), 200, ("Pmax",), ("R",)) for op in ("relu", "neg")]
+    cases += [("sum (0, 1)", (5,), (5,), 201, (pa,), ("R",)) for pa in ("S0", "Psum")]  # raises
     cases += [(op, (5, 3), (3,), 300 + i, (pa,), (pb,)) for i, (op, pa, pb) in enumerate(
         itertools.product(["add", "mul"], ["S0", "S1", "Psum"], ["S0", "R", "Psum"]))]  # fmt: skip
     assert _assert_same_ops(launch(_op_cases, world, (world,), cases, timeout=150)) == world * (

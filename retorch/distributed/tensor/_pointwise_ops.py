@@ -124,7 +124,14 @@ def sum(x: DTensor, dim=None, keepdim: bool = False) -> DTensor:  # noqa: A001 -
     if dim is None:
         dims = list(range(ndim))
     else:
-        dims = sorted({d % ndim for d in ([dim] if isinstance(dim, int) else dim)})
+        dims = [dim] if isinstance(dim, int) else list(dim)
+        for d in dims:  # torch's DTensor reports it from sharding propagation: RuntimeError
+            if not -max(ndim, 1) <= d < max(ndim, 1):
+                raise RuntimeError(
+                    f"Dimension out of range (expected to be in range of "
+                    f"[{-max(ndim, 1)}, {max(ndim, 1) - 1}], but got {d})"
+                )
+        dims = sorted({d % ndim for d in dims})
     placements = list(x.placements)
     if any(p.is_partial() and not p.is_partial("sum") for p in placements):  # not linear
         placements = [Replicate() if p.is_partial() or (p.is_shard() and p.dim in dims)
