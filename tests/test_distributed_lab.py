@@ -93,13 +93,17 @@ def test_retorch_shard_sizes_equal_torch():
 
 
 def _retorch_mm(a_shape, pa, b_shape, pb, world):
+    """The placements retorch's ``_ops.mm`` chooses (its rules expanded and selected as
+    ``mm`` does), on DTensor stand-ins that carry only what the choice reads."""
     mesh = _mesh((world,))
 
     def dt(shape, p):
         spec = DTensorSpec(mesh, (p,), shape, (shape[1], 1), torch.float32)
-        return types.SimpleNamespace(shape=shape, device_mesh=mesh, _spec=spec)
+        return types.SimpleNamespace(shape=shape, device_mesh=mesh, _spec=spec, placements=(p,))
 
-    out, (wa, wb) = _ops._choose([dt(a_shape, pa), dt(b_shape, pb)], _ops._mm_single_dim())
+    inputs = [dt(a_shape, pa), dt(b_shape, pb)]
+    rules = [[("S", p.dim) if p.is_shard() else p for p in r] for r in _ops._mm_single_dim()]
+    out, (wa, wb) = _ops._select(inputs, _ops._expand(rules, inputs), uneven=False)
     return out[0], wa[0], wb[0]
 
 
