@@ -540,3 +540,15 @@ def test_mm_of_unsharded_inputs_on_a_2x2_mesh_keeps_torch_s_choice():
              ((4, 4, 4), 2, ("Psum", "R"), ("Psum", "Psum")),
              ((3, 5, 2), 3, ("Psum", "Psum"), ("R", "R"))]  # fmt: skip
     assert _assert_same_mm(launch(_mm_cases, 4, (2, 2), cases, timeout=120)) == 4 * 4
+
+
+@pytest.mark.slow
+def test_the_chapter_s_pointwise_table_agrees_with_torch():
+    """``demos.pointwise_placements``, the rows chapter 7 can print: retorch's output
+    placement and collectives equal torch's, and the pieces, on every rank."""
+    from retorch.distributed.demos import POINTWISE_CASES, pointwise_placements
+
+    for rows in launch(pointwise_placements, 2, timeout=90):
+        assert len(rows) == len(POINTWISE_CASES)
+        for expr, _, _, t_out, t_comm, r_out, r_comm, same in rows:
+            assert (r_out, r_comm, same) == (t_out, t_comm, True), expr

@@ -601,3 +601,123 @@ def bytes_table(per_rank: list[dict]) -> list[tuple]:
         rows.append((design, int(row["retorch"]["bytes"]),
                      None if theirs is None else int(theirs["bytes"]), ops))  # fmt: skip
     return rows
+
+
+#: The ranges of FSDP2's phases, as torch's ``_fsdp_param_group.py`` names them (those the
+#: rebuild opens; torch's others, such as ``FSDP::all_gather_copy_out``, are left out).
+FSDP_RANGES = ("FSDP::pre_forward", "FSDP::all_gather", "FSDP::post_forward",
+               "FSDP::pre_backward", "FSDP::backward_prefetch", "FSDP::post_backward_reduce")  # fmt: skip
+
+
+def fsdp2_timeline(rank: int, world: int) -> dict:
+    """One training step of chapter 7's MLP under each library's ``fully_shard`` (each Linear,
+    then the root), profiled by each library's own profiler after a warm-up step: the FSDP2
+    ranges (:data:`FSDP_RANGES`) as ``(name, start_us, end_us)`` from the step's start, in
+    the order they opened, and the step's forward end."""
+    import retorch.profiler as rp
+    from retorch.profiler.compare import quiet_stderr
+
+    from .device_mesh import init_device_mesh as r_init
+    from .fully_shard import fully_shard as r_shard
+
+    with _quiet():
+        from torch.distributed.device_mesh import init_device_mesh as t_init
+        from torch.distributed.fsdp import fully_shard as t_shard
+
+        out = {}
+        for lib, shard, init, profile in (
+            ("retorch", r_shard, r_init, lambda: rp.profile()),
+            ("torch", t_shard, t_init, torch.profiler.profile),
+        ):
+            model, mesh = _mlp(0, torch.nn), init("cpu", (world,))
+            for layer in (model[0], model[2], model[4], model):
+                shard(layer, mesh=mesh)
+            for step in range(2):
+                x, y = _batch(step, rank)
+                with quiet_stderr(), profile() as prof:  # (Kineto writes to fd 2)
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                model.zero_grad()
+            spans = []
+            for e in prof.events():
+                if e.name.split(" ")[0] in FSDP_RANGES:
+                    begin, end = (e.start_us, e.end_us) if lib == "retorch" else (
+                        e.time_range.start, e.time_range.end)  # fmt: skip
+                    spans.append((e.name, begin, end))
+            spans.sort(key=lambda s: s[1])
+            t0 = spans[0][1]
+            out[lib] = [(name, begin - t0, end - t0) for name, begin, end in spans]
+        return out
+
+
+def draw_fsdp2_timeline(spans: list, ax, title: str) -> None:
+    """``fsdp2_timeline``'s spans of one library on ``ax``: a lane per kind of range, a bar
+    per range, labelled with its layer."""
+    lanes = ["all_gather", "pre/post_forward", "pre_backward", "backward_prefetch",
+             "post_backward_reduce"]  # fmt: skip
+    colors = dict(zip(lanes, ["tab:blue", "tab:gray", "tab:orange", "tab:cyan", "tab:red"]))
+    for name, begin, end in spans:
+        kind = name.split("::")[1].split(" ")[0]
+        lane = "pre/post_forward" if kind in ("pre_forward", "post_forward") else kind
+        y = lanes.index(lane)
+        ax.barh(y, max(end - begin, 1.0) / 1e3, left=begin / 1e3, color=colors[lane])
+        layer = name.split("(")[-1].rstrip(")") if "(" in name else name.split(" for ")[-1]
+        if lane in ("all_gather", "post_backward_reduce"):
+            ax.text(begin / 1e3, y + 0.38, layer, fontsize=7)
+    ax.set_yticks(range(len(lanes)), lanes, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the step's first FSDP range (one run; times vary)")
+    ax.set_title(title, fontsize=10)
+
+
+def _relu(a):
+    """torch's relu for torch's DTensor (a tensor subclass), ours for retorch's."""
+    from .tensor import _pointwise_ops
+
+    return torch.relu(a) if isinstance(a, torch.Tensor) else _pointwise_ops.relu(a)
+
+
+def _gelu(a):
+    from .tensor import _pointwise_ops
+
+    f = torch.nn.functional.gelu if isinstance(a, torch.Tensor) else _pointwise_ops.gelu
+    return f(a)
+
+
+#: (what is computed, how, the placement of a, of b): pointwise ops and sum, on (4, 6)
+#: tensors ``a`` and ``b``; P is each rank's term ``x * (rank + 1)`` of a Partial("sum")
+POINTWISE_CASES = [
+    ("a + b", lambda a, b: a + b, "P", "P"),
+    ("a * b", lambda a, b: a * b, "P", "P"),
+    ("a + b", lambda a, b: a + b, "R", "P"),
+    ("a + b", lambda a, b: a + b, "S0", "S1"),
+    ("a * 3", lambda a, b: a * 3, "P", None),
+    ("a + 2", lambda a, b: a + 2, "P", None),
+    ("relu(a)", lambda a, b: _relu(a), "P", None),
+    ("gelu(a)", lambda a, b: _gelu(a), "S0", None),
+    ("a.sum()", lambda a, b: a.sum(), "S0", None),
+    ("a.sum(0)", lambda a, b: a.sum(0), "S1", None),
+    ("a.sum(1, keepdim=True)", lambda a, b: a.sum(1, keepdim=True), "S1", None),
+]
+
+
+def pointwise_placements(rank: int, world: int) -> list[tuple]:
+    """Each of ``POINTWISE_CASES`` in both libraries on a 1-D mesh: (case, a, b, torch's
+    output placement and collectives, retorch's, whether the pieces are equal)."""
+    a0 = torch.arange(24.0).reshape(4, 6) - 12
+    b0 = torch.arange(24.0).reshape(4, 6).flip(0) / 4
+    rows = []
+    with _quiet():
+        libs = _dtensor_libs()
+        meshes = {name: init("cpu", (world,)) for name, (_, init, _) in libs.items()}
+        for expr, fn, pa, pb in POINTWISE_CASES:
+            rec = {}
+            for name, (lib, _, Comm) in libs.items():
+                a = _dtensor(lib, meshes[name], a0, pa, rank)
+                b = _dtensor(lib, meshes[name], b0, pb or "R", rank)
+                with Comm() as mode:
+                    out = fn(a, b)
+                rec[name] = (str(out.placements[0]), _short(mode), out.to_local())
+            same = torch.allclose(rec["torch"][2], rec["retorch"][2], atol=ATOL, rtol=RTOL)
+            rows.append((expr, pa, pb or "", *rec["torch"][:2], *rec["retorch"][:2], same))
+    return rows
