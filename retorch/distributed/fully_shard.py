@@ -17,6 +17,11 @@ piece has the same size. Per group, per step:
 - post-backward (all the group's gradients accumulated): one reduce-scatter of the padded
   gradients, averaged, into each piece's ``.grad``; then reshard.
 
+Each phase opens the profiler range torch's opens (``FSDP::pre_forward``, ``FSDP::all_gather``,
+``FSDP::post_forward``, ``FSDP::pre_backward``, ``FSDP::backward_prefetch for ...``,
+``FSDP::post_backward_reduce``, named after the module as ``_with_fqn`` names them), so a
+profile of a step draws its timeline (``demos.fsdp2_timeline``).
+
 Here a sharded parameter is a ``torch.nn.Parameter`` holding this rank's piece (any optimizer
 steps it) and ``module._fsdp_specs`` keeps each piece's DTensor spec; the full tensors are
 plain leaf tensors swapped in while the layer runs.
@@ -28,6 +33,8 @@ import math
 
 import torch
 from torch import nn
+
+from retorch.profiler import record_function
 
 from . import collectives
 from .fsdp import _tensors  # the tensors in a forward's output, as chapter 7's FSDP walks them
@@ -79,6 +86,10 @@ class FSDPParamGroup:
         self.prefetch: FSDPParamGroup | None = None  # the group backward reaches next
         self.forward_order: list[FSDPParamGroup] = []
         self.grads_pending = 0
+        self.fqn = ""  # the module's name under the root (``_module_fqn``), set by the root
+
+    def _with_fqn(self, label: str) -> str:
+        return f"{label} ({self.fqn})" if self.fqn else label
 
     # ---- collectives ---------------------------------------------------------------------
     def unshard(self) -> None:
@@ -86,9 +97,10 @@ class FSDPParamGroup:
         if self.is_unsharded or not self.params:
             return
         debug._record("c10d._allgather_base_")
-        send = torch.cat([p.padded_piece(p.sharded) for p in self.params])
-        out = torch.empty(self.n * send.numel(), dtype=send.dtype)
-        collectives.all_gather(out, send, group=self.group)
+        with record_function(self._with_fqn("FSDP::all_gather")):
+            send = torch.cat([p.padded_piece(p.sharded) for p in self.params])
+            out = torch.empty(self.n * send.numel(), dtype=send.dtype)
+            collectives.all_gather(out, send, group=self.group)
         per_rank, offset = out.view(self.n, -1), 0
         for p in self.params:
             rows = per_rank[:, offset : offset + p.padded_numel]
@@ -121,10 +133,11 @@ class FSDPParamGroup:
                 rows = torch.chunk(g, self.n)[r] if r < len(torch.chunk(g, self.n)) else g[:0]
                 chunks.append(p.padded_piece(rows))
         pre, post = _divide_factors(self.n)
-        send = torch.cat(chunks).div_(pre)
-        mine = torch.empty(send.numel() // self.n, dtype=send.dtype)
-        collectives.reduce_scatter(mine, send, group=self.group)
-        mine.div_(post)
+        with record_function(self._with_fqn("FSDP::post_backward_reduce")):
+            send = torch.cat(chunks).div_(pre)
+            mine = torch.empty(send.numel() // self.n, dtype=send.dtype)
+            collectives.reduce_scatter(mine, send, group=self.group)
+            mine.div_(post)
         offset = 0
         for p in self.params:
             piece = mine[offset : offset + p.padded_numel].view(p.padded_rows, *p.shape[1:])
@@ -136,25 +149,34 @@ class FSDPParamGroup:
 
     # ---- hooks -----------------------------------------------------------------------------
     def pre_forward(self, module, args) -> None:
-        if self.params and self not in self.forward_order:
-            if self.forward_order:
-                self.prefetch = self.forward_order[-1]
-            self.forward_order.append(self)
-        self.unshard()
+        if not self.params:  # (torch makes no parameter group, and opens no range, for these)
+            return
+        with record_function(self._with_fqn("FSDP::pre_forward")):
+            if self not in self.forward_order:
+                if self.forward_order:
+                    self.prefetch = self.forward_order[-1]
+                self.forward_order.append(self)
+            self.unshard()
 
     def post_forward(self, module, args, output):
-        if self.reshard_after_forward:
-            self.reshard()
-        self.grads_pending = sum(p.unsharded.requires_grad for p in self.params)
-        for t in _tensors(output):
-            if t.requires_grad:
-                t.register_hook(self._pre_backward)
-        return output
+        if not self.params:
+            return output
+        with record_function(self._with_fqn("FSDP::post_forward")):
+            if self.reshard_after_forward:
+                self.reshard()
+            self.grads_pending = sum(p.unsharded.requires_grad for p in self.params)
+            for t in _tensors(output):
+                if t.requires_grad:
+                    t.register_hook(self._pre_backward)
+            return output
 
     def _pre_backward(self, grad):
-        self.unshard()
-        if self.prefetch is not None:  # the next layer backward reaches: gather it now
-            self.prefetch.unshard()
+        with record_function(self._with_fqn("FSDP::pre_backward")):
+            self.unshard()
+            target = self.prefetch
+            if target is not None:  # the next layer backward reaches: gather it now
+                with record_function(f"FSDP::backward_prefetch for {target.fqn}"):
+                    target.unshard()
         return grad
 
     def _param_ready(self, _tensor) -> None:
@@ -196,9 +218,10 @@ def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) 
             p.unsharded.register_post_accumulate_grad_hook(group._param_ready)
     # the groups under this root share one record of the order forward reaches them in
     # (backward reaches them in reverse: each group prefetches the one before it)
-    for sub in module.modules():
+    for name, sub in module.named_modules():
         if getattr(sub, "_fsdp_group", None) is not None:
             sub._fsdp_group.forward_order = group.forward_order
+            sub._fsdp_group.fqn = name
     module.register_forward_pre_hook(group.pre_forward)
     module.register_forward_hook(group.post_forward)
     return module
