@@ -692,7 +692,8 @@ def check_mm_placement(cmp, mm_placement) -> None:
         "torch's strategies for mm, in its order: all Replicate; k sharded in both (A Shard(1), "
         "B Shard(0)) -> Partial(sum); A's rows (A Shard(0), B Replicate) -> Shard(0); B's "
         "columns (A Replicate, B Shard(1)) -> Shard(1); then for reduce op sum, then avg: "
-        "(A Partial, B Replicate) and (A Replicate, B Partial) -> Partial. Drop a strategy "
+        "(A Partial, B Replicate) and (A Replicate, B Partial) -> Partial; the three Shard "
+        "strategies only when A or B is sharded. Drop a strategy "
         "that shards a dim shorter than the world; of the others take the cheapest, "
         "cost(0, A's placement) + cost(1, B's placement), the first of them on a tie"
     )

@@ -96,8 +96,10 @@ return [(s, chunk - s) for s in sizes]
 
 _MM = """\
 R = Replicate()
-strategies = [(R, R, R), (Partial(), Shard(1), Shard(0)), (Shard(0), Shard(0), R),
-              (Shard(1), R, Shard(1))]
+strategies = [(R, R, R)]
+if pa.is_shard() or pb.is_shard():
+    strategies += [(Partial(), Shard(1), Shard(0)), (Shard(0), Shard(0), R),
+                   (Shard(1), R, Shard(1))]
 for op in ("sum", "avg"):
     strategies += [(Partial(op), Partial(op), R), (Partial(op), R, Partial(op))]
 
