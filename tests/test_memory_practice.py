@@ -30,7 +30,7 @@ def test_checkpointing_lowers_the_peak_in_both_libraries():
 
 def grads(lib, mode, depth=6, batch=5, width=7, segments=3):
     with ra.array_backend("retorch"):  # (torch's model does not use it)
-        x, ws = cm.model(lib, depth, batch, width)
+        x, ws = cm.mlp_model(lib, depth, batch, width)
         cm.forward(lib, x, ws, mode, segments).sum().backward()
         return [w.grad.numpy() if lib == "torch" else w.grad.data.numpy() for w in ws]
 
@@ -84,7 +84,7 @@ def test_checkpoint_on_the_device_keeps_what_the_cpu_run_keeps():
 
 
 def test_misuse():
-    x, ws = cm.model("torch", 4, 2, 2)
+    x, ws = cm.mlp_model("torch", 4, 2, 2)
     with pytest.raises(ValueError, match="mode must be one of"):
         cm.forward("torch", x, ws, "offload")
     with pytest.raises(ValueError, match="do not split into 3 equal segments"):

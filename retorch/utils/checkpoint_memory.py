@@ -81,7 +81,7 @@ def forward(lib: str, x, ws, mode: str, segments: int = 4, rng_state: bool = Fal
         return layers(x, ws)
 
 
-def model(lib: str, depth: int, batch: int, width: int, device: str = "cpu", seed: int = 0):
+def mlp_model(lib: str, depth: int, batch: int, width: int, device: str = "cpu", seed: int = 0):
     """``(x, ws)`` of :func:`mlp_arrays` as ``lib``'s tensors: torch's, or chapter 3's autograd
     tensors over ``retorch.tensor`` on ``device`` (the array backend must be "retorch")."""
     x, ws = mlp_arrays(depth, batch, width, seed)
@@ -143,13 +143,13 @@ def cpu_memory(
 
 def _cpu_memory(lib, mode, depth, batch, width, segments, rng_state) -> dict:
     out = {}
-    x, ws = model(lib, depth, batch, width)
+    x, ws = mlp_model(lib, depth, batch, width)
     gc.collect()
     kept: list = []
     run = lambda: kept.append(forward(lib, x, ws, mode, segments, rng_state))  # noqa: E731
     out["kept"] = memory_totals(lib, run)[-1]
     kept.clear()  # the graph and output go: the next run starts from nothing kept
-    x, ws = model(lib, depth, batch, width)
+    x, ws = mlp_model(lib, depth, batch, width)
     gc.collect()
     step = lambda: forward(lib, x, ws, mode, segments, rng_state).sum().backward()  # noqa: E731
     out["peak"] = max(memory_totals(lib, step))
@@ -171,7 +171,7 @@ def cuda_memory(
 def _cuda_memory(mode, depth, batch, width, segments) -> dict:
     from retorch.tensor import allocator
 
-    x, ws = model("retorch", depth, batch, width, device="cuda")
+    x, ws = mlp_model("retorch", depth, batch, width, device="cuda")
     gc.collect()
     allocator.reset_peak_memory_stats()
     base = allocator.memory_stats()["requested_bytes.all.current"]
@@ -207,7 +207,7 @@ def bytes_packed(lib: str, depth: int = 8, batch: int = 32, width: int = 16) -> 
     """The bytes of each tensor that ``lib``'s own ``save_on_cpu`` pack hook is handed during
     the MLP's forward on the CPU, in order (its hook wrapped, then run as it is)."""
     with _backend(lib):
-        x, ws = model(lib, depth, batch, width)
+        x, ws = mlp_model(lib, depth, batch, width)
         return _handed_to_pack(lib, x, ws)
 
 
