@@ -15,60 +15,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from retorch.distributed.demos import two_d_parallel
 from retorch.distributed.launch import launch
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-def _counts(mode) -> dict[str, int]:
-    return {str(k): v for k, v in mode.get_comm_counts().items()}
-
-
-def _two_d(rank: int, world: int, steps: int) -> dict:
-    from torch import nn
-    from torch.distributed.device_mesh import init_device_mesh as t_init
-    from torch.distributed.fsdp import fully_shard as t_shard
-    from torch.distributed.tensor import parallel as t_par
-    from torch.distributed.tensor.debug import CommDebugMode as TComm
-
-    from retorch.distributed.device_mesh import init_device_mesh as r_init
-    from retorch.distributed.fully_shard import fully_shard as r_shard
-    from retorch.distributed.tensor import parallel as r_par
-    from retorch.distributed.tensor.debug import CommDebugMode as RComm
-
-    libs = {"torch": (t_init, t_shard, t_par, TComm), "retorch": (r_init, r_shard, r_par, RComm)}
-    out = {}
-    for name, (init, shard, par, Comm) in libs.items():
-        mesh = init("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        torch.manual_seed(0)
-        mlp = nn.Sequential(nn.Linear(8, 12), nn.ReLU(), nn.Linear(12, 6))  # 12 rows: 3 per rank
-        par.parallelize_module(mlp, mesh["tp"], {"0": par.ColwiseParallel(),
-                                                 "2": par.RowwiseParallel()})  # fmt: skip
-        for layer in (mlp[0], mlp[2], mlp):
-            shard(layer, mesh=mesh["dp"])
-        opt = torch.optim.SGD(mlp.parameters(), lr=0.05)
-        g = torch.Generator().manual_seed(mesh.get_coordinate()[0])  # one batch per dp group
-        rec = {"comms": [], "pieces": []}
-        for _ in range(steps):
-            x = torch.randn(4, 8, generator=g)
-            with Comm() as fwd:
-                y = mlp(x)
-            with Comm() as bwd:
-                (y * y).sum().backward()
-            opt.step()
-            opt.zero_grad()
-            rec["comms"].append((_counts(fwd), _counts(bwd)))
-            rec["pieces"].append([
-                (p.to_local() if hasattr(p, "to_local") else p).detach().clone()
-                for p in mlp.parameters()
-            ])  # fmt: skip
-        out[name] = rec
-    return out
-
-
 @pytest.mark.slow
 def test_fsdp_over_dp_and_tensor_parallel_over_tp_train_as_torch_s():
-    results = launch(_two_d, 4, 3, timeout=150)
+    results = launch(two_d_parallel, 4, 3, timeout=150)
     for rank, r in enumerate(results):
         ours, theirs = r["retorch"], r["torch"]
         assert ours["comms"] == theirs["comms"], (rank, ours["comms"], theirs["comms"])

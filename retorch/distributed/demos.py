@@ -721,3 +721,57 @@ def pointwise_placements(rank: int, world: int) -> list[tuple]:
             same = torch.allclose(rec["torch"][2], rec["retorch"][2], atol=ATOL, rtol=RTOL)
             rows.append((expr, pa, pb or "", *rec["torch"][:2], *rec["retorch"][:2], same))
     return rows
+
+
+def _comm_counts(mode) -> dict[str, int]:
+    return {str(k): v for k, v in mode.get_comm_counts().items()}
+
+
+def two_d_parallel(rank: int, world: int, steps: int) -> dict:
+    """2-D parallelism as torch's recipe, on a 2x2 mesh ("dp", "tp") of 4 ranks, in both
+    libraries: an MLP block Colwise then Rowwise over ``mesh["tp"]``, then ``fully_shard`` per
+    Linear and at the root over ``mesh["dp"]``; one batch per dp group. Per SGD step: the
+    collectives of forward and of backward (each library's ``CommDebugMode``), and each
+    parameter's local piece after the step."""
+    from torch import nn
+
+    from .device_mesh import init_device_mesh as r_init
+    from .fully_shard import fully_shard as r_shard
+    from .tensor import parallel as r_par
+    from .tensor.debug import CommDebugMode as RComm
+
+    with _quiet():
+        from torch.distributed.device_mesh import init_device_mesh as t_init
+        from torch.distributed.fsdp import fully_shard as t_shard
+        from torch.distributed.tensor import parallel as t_par
+        from torch.distributed.tensor.debug import CommDebugMode as TComm
+
+        libs = {"torch": (t_init, t_shard, t_par, TComm),
+                "retorch": (r_init, r_shard, r_par, RComm)}  # fmt: skip
+        out = {}
+        for name, (init, shard, par, Comm) in libs.items():
+            mesh = init("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+            torch.manual_seed(0)
+            mlp = nn.Sequential(nn.Linear(8, 12), nn.ReLU(), nn.Linear(12, 6))  # 3 rows a rank
+            par.parallelize_module(mlp, mesh["tp"], {"0": par.ColwiseParallel(),
+                                                     "2": par.RowwiseParallel()})  # fmt: skip
+            for layer in (mlp[0], mlp[2], mlp):
+                shard(layer, mesh=mesh["dp"])
+            opt = torch.optim.SGD(mlp.parameters(), lr=0.05)
+            g = torch.Generator().manual_seed(mesh.get_coordinate()[0])  # a batch per dp group
+            rec = {"comms": [], "pieces": []}
+            for _ in range(steps):
+                x = torch.randn(4, 8, generator=g)
+                with Comm() as fwd:
+                    y = mlp(x)
+                with Comm() as bwd:
+                    (y * y).sum().backward()
+                opt.step()
+                opt.zero_grad()
+                rec["comms"].append((_comm_counts(fwd), _comm_counts(bwd)))
+                rec["pieces"].append([
+                    (p.to_local() if hasattr(p, "to_local") else p).detach().clone()
+                    for p in mlp.parameters()
+                ])  # fmt: skip
+            out[name] = rec
+        return out
