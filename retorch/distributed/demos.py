@@ -660,10 +660,10 @@ def draw_fsdp2_timeline(spans: list, ax, title: str) -> None:
         kind = name.split("::")[1].split(" ")[0]
         lane = "pre/post_forward" if kind in ("pre_forward", "post_forward") else kind
         y = lanes.index(lane)
-        ax.barh(y, max(end - begin, 1.0) / 1e3, left=begin / 1e3, color=colors[lane])
+        ax.barh(y, max(end - begin, 1.0) / 1e3, left=begin / 1e3, height=0.6, color=colors[lane])
         layer = name.split("(")[-1].rstrip(")") if "(" in name else name.split(" for ")[-1]
         if lane in ("all_gather", "post_backward_reduce"):
-            ax.text(begin / 1e3, y + 0.38, layer, fontsize=7)
+            ax.text(begin / 1e3, y + 0.32, layer, fontsize=8, va="top")  # under its bar
     ax.set_yticks(range(len(lanes)), lanes, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the step's first FSDP range (one run; times vary)")
