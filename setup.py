@@ -9,5 +9,8 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["retorch*", "bench"]) + ["retorch._bench_results"],
     package_dir={"retorch._bench_results": "bench/results"},
-    package_data={"retorch._bench_results": ["*.json", "gpu/*.json"]},
+    package_data={
+        "retorch._bench_results": ["*.json", "gpu/*.json"],
+        "retorch.models": ["data/*.txt"],  # the capstone's corpus
+    },
 )

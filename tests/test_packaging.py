@@ -36,6 +36,18 @@ def test_the_wheel_ships_the_set_up_cells_installer_and_the_benchmarks_code(whee
     assert "bench/bench_inductor.py" in names and "bench/gpu.py" in names  # chapter 6b runs them
 
 
+def test_the_wheel_ships_every_file_of_the_package(wheel):
+    """Data files too (the capstone's corpus): a pip-installed retorch (Colab) has nothing
+    else."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "retorch"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()  # fmt: skip
+    assert "retorch/models/data/corpus.txt" in tracked
+    missing = sorted(set(tracked) - set(wheel.namelist()))
+    assert not missing, missing
+
+
 def test_results_are_read_from_the_package_copy_when_there_is_one(tmp_path, monkeypatch):
     shipped = tmp_path / "retorch" / "_bench_results"
     (shipped / "gpu").mkdir(parents=True)
