@@ -87,6 +87,7 @@ def test_schedule_is_torchs_warmup_then_cosine():
     np.testing.assert_allclose(r, t, rtol=0, atol=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,steps,tol", [(torch.float32, 10, 1e-6), (torch.float64, 10, 1e-12)])
 def test_training_steps_equal_torch(dtype, steps, tol):
     tm, rm = _models(dtype=dtype)

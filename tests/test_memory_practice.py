@@ -14,6 +14,7 @@ from retorch.utils import checkpoint_memory as cm
 CASES = [(8, 32, 16, 4), (6, 5, 7, 3), (4, 1, 3, 1), (3, 4, 2, 3)]
 
 
+@pytest.mark.slow  # 12 cases of about a second each (two profilers): make unit runs them
 @pytest.mark.parametrize("mode", cm.MODES)
 @pytest.mark.parametrize(("depth", "batch", "width", "segments"), CASES)
 def test_bytes_kept_after_forward_equal_torchs(mode, depth, batch, width, segments):
@@ -22,6 +23,7 @@ def test_bytes_kept_after_forward_equal_torchs(mode, depth, batch, width, segmen
     assert ours["kept"] == theirs["kept"], (ours, theirs)
 
 
+@pytest.mark.slow
 def test_checkpointing_lowers_the_peak_in_both_libraries():
     for lib in ("retorch", "torch"):
         plain, ckpt = (cm.cpu_memory(lib, mode)["peak"] for mode in ("plain", "checkpoint"))
