@@ -78,6 +78,76 @@ def q_split_size(q_size: int) -> int:
 
 
 # ---- CPU ------------------------------------------------------------------------------------------
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _gemm_nt(a, ia, sa, b, ib, sb, rows, cols, n, out, zero):
+    """``out[r * cols + c] = dot(a's row r, b's row c)`` (``a @ b.T``) for rows of length ``n``
+    at ``ia + r * sa`` and ``ib + c * sb``: the ``cpublas::gemm`` calls of the kernels, in the
+    4 x 4 register blocks of ``cpu_kernels._dot4x4`` (here at any row stride)."""
+    r4, c4 = rows // 4 * 4, cols // 4 * 4
+    for r in range(0, r4, 4):
+        p = ia + r * sa
+        a0, a1 = a[p : p + n], a[p + sa : p + sa + n]
+        a2, a3 = a[p + 2 * sa : p + 2 * sa + n], a[p + 3 * sa : p + 3 * sa + n]
+        for c in range(0, c4, 4):
+            t = ib + c * sb
+            b0, b1 = b[t : t + n], b[t + sb : t + sb + n]
+            b2, b3 = b[t + 2 * sb : t + 2 * sb + n], b[t + 3 * sb : t + 3 * sb + n]
+            c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = zero
+            c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = zero
+            for k in range(n):
+                x0, x1, x2, x3 = a0[k], a1[k], a2[k], a3[k]
+                y0, y1, y2, y3 = b0[k], b1[k], b2[k], b3[k]
+                c00 += x0 * y0
+                c01 += x0 * y1
+                c02 += x0 * y2
+                c03 += x0 * y3
+                c10 += x1 * y0
+                c11 += x1 * y1
+                c12 += x1 * y2
+                c13 += x1 * y3
+                c20 += x2 * y0
+                c21 += x2 * y1
+                c22 += x2 * y2
+                c23 += x2 * y3
+                c30 += x3 * y0
+                c31 += x3 * y1
+                c32 += x3 * y2
+                c33 += x3 * y3
+            o = r * cols + c
+            out[o], out[o + 1], out[o + 2], out[o + 3] = c00, c01, c02, c03
+            o += cols
+            out[o], out[o + 1], out[o + 2], out[o + 3] = c10, c11, c12, c13
+            o += cols
+            out[o], out[o + 1], out[o + 2], out[o + 3] = c20, c21, c22, c23
+            o += cols
+            out[o], out[o + 1], out[o + 2], out[o + 3] = c30, c31, c32, c33
+    for r in range(rows):  # the leftovers: columns c4 .. of rows .. r4, every column after
+        for c in range(c4 if r < r4 else 0, cols):
+            out[r * cols + c] = _dot(a, ia + r * sa, b, ib + c * sb, n, zero)
+
+
+@njit(fastmath={"reassoc", "contract"}, **_jit)
+def _axpy_rows(dst, io, coef, ic, cs, src, js, ss, count, n, alpha):
+    """``dst[io : io + n] += alpha * sum_j coef[ic + j * cs] * src's row j`` (rows of length
+    ``n`` at ``js + j * ss``): one row of a ``cpublas::gemm`` that accumulates (beta = 1),
+    four source rows per pass over the destination."""
+    d_ = dst[io : io + n]
+    j4 = count // 4 * 4
+    for j in range(0, j4, 4):
+        p0, p1 = alpha * coef[ic + j * cs], alpha * coef[ic + (j + 1) * cs]
+        p2, p3 = alpha * coef[ic + (j + 2) * cs], alpha * coef[ic + (j + 3) * cs]
+        t = js + j * ss
+        s0, s1 = src[t : t + n], src[t + ss : t + ss + n]
+        s2, s3 = src[t + 2 * ss : t + 2 * ss + n], src[t + 3 * ss : t + 3 * ss + n]
+        for d in range(n):
+            d_[d] += p0 * s0[d] + p1 * s1[d] + p2 * s2[d] + p3 * s3[d]
+    for j in range(j4, count):
+        p = alpha * coef[ic + j * cs]
+        s_ = src[js + j * ss : js + j * ss + n]
+        for d in range(n):
+            d_[d] += p * s_[d]
+
+
 @njit(parallel=True, **_jit)
 def cpu_flash_attention(q, qo, qsb, qsm, k, ko, ksb, ksn, v, vo, vsb, vsn, out, lse,
                         batch, q_size, kv_size, head, vhead, is_causal, scale,
@@ -107,12 +177,8 @@ def cpu_flash_attention(q, qo, qsb, qsm, k, ko, ksb, ksn, v, vo, vsb, vsn, out, 
         for n in range(0, num_keys, kv_split):
             kv_block = min(kv_split, kv_size - n)
             # qk <- q @ k.T
-            for r in range(q_block):
-                qrow = qo + i * qsb + (m + r) * qsm
-                for c in range(kv_block):
-                    qk[r * kv_block + c] = _dot(
-                        q, qrow, k, ko + i * ksb + (n + c) * ksn, head, zero
-                    )
+            _gemm_nt(q, qo + i * qsb + m * qsm, qsm, k, ko + i * ksb + n * ksn, ksn,
+                     q_block, kv_block, head, qk, zero)  # fmt: skip
             # apply the causal mask: -inf past each row's last key
             if is_causal and num_keys - n <= kv_split:
                 for r in range(q_block):
@@ -145,13 +211,8 @@ def cpu_flash_attention(q, qo, qsb, qsm, k, ko, ksb, ksn, v, vo, vsb, vsn, out, 
                             drow[d] = drow[d] * exp_tmp
             # dst <- dst + qk @ v
             for r in range(q_block):
-                drow = dst[r * vhead : (r + 1) * vhead]
-                for c in range(kv_block):
-                    p = qk[r * kv_block + c]
-                    vr = vo + i * vsb + (n + c) * vsn
-                    vrow = v[vr : vr + vhead]
-                    for d in range(vhead):
-                        drow[d] += p * vrow[d]
+                _axpy_rows(dst, r * vhead, qk, r * kv_block, 1, v, vo + i * vsb + n * vsn, vsn,
+                           kv_block, vhead, one)  # fmt: skip
         # dst <- dst / sum; fully masked rows: max 0, sum 1 (output 0, not NaN)
         for r in range(q_block):
             if qk_max[r] == ninf:
@@ -173,6 +234,7 @@ def cpu_flash_attention_backward(go, goo, gosb, gosm, q, qo, qsb, qsm, k, ko, ks
                                  q_split, kv_split, buf, zero):  # fmt: skip
     """``cpu_flash_attention_backward``: ``dq``, ``dk``, ``dv`` contiguous and zeroed, summed
     into block by block; one task per n (its dK and dV gather every query block)."""
+    one = zero + np.float32(1)
     per_thread = 2 * q_split * kv_split + q_split
     for i_ in prange(batch):
         i = np.int64(i_)
@@ -189,53 +251,37 @@ def cpu_flash_attention_backward(go, goo, gosb, gosm, q, qo, qsb, qsm, k, ko, ks
             for n in range(0, num_keys, kv_split):
                 kv_block = min(kv_split, kv_size - n)
                 # attn <- exp(scale * q @ k.T - lse): the probabilities, restored
+                _gemm_nt(q, qo + i * qsb + m * qsm, qsm, k, ko + i * ksb + n * ksn, ksn,
+                         q_block, kv_block, head, attn, zero)  # fmt: skip
                 for r in range(q_block):
-                    qrow = qo + i * qsb + (m + r) * qsm
                     normalizer = lse[i * q_size + m + r]
                     for c in range(kv_block):
-                        s = scale * _dot(q, qrow, k, ko + i * ksb + (n + c) * ksn, head, zero)
-                        attn[r * kv_block + c] = np.exp(s - normalizer)
+                        x = r * kv_block + c
+                        attn[x] = np.exp(scale * attn[x] - normalizer)
                 if is_causal and num_keys - n <= kv_split:  # masked: 0
                     for r in range(q_block):
                         for c in range(max(0, m + r - n + 1), kv_block):
                             attn[r * kv_block + c] = zero
+                go_m = goo + i * gosb + m * gosm  # grad_out's rows m ..
                 # grad_v <- grad_v + attn.T @ grad_out
                 for c in range(kv_block):
-                    dvr = (i * kv_size + n + c) * vhead
-                    dvrow = dv[dvr : dvr + vhead]
-                    for r in range(q_block):
-                        a = attn[r * kv_block + c]
-                        gr = goo + i * gosb + (m + r) * gosm
-                        gorow = go[gr : gr + vhead]
-                        for d in range(vhead):
-                            dvrow[d] += a * gorow[d]
+                    _axpy_rows(dv, (i * kv_size + n + c) * vhead, attn, c, kv_block, go, go_m,
+                               gosm, q_block, vhead, one)  # fmt: skip
                 # grad_attn <- attn * (grad_out @ v.T - dsum)
+                _gemm_nt(go, go_m, gosm, v, vo + i * vsb + n * vsn, vsn, q_block, kv_block,
+                         vhead, grad_attn, zero)  # fmt: skip
                 for r in range(q_block):
-                    gr = goo + i * gosb + (m + r) * gosm
                     for c in range(kv_block):
-                        g = _dot(go, gr, v, vo + i * vsb + (n + c) * vsn, vhead, zero)
-                        a = attn[r * kv_block + c]
-                        grad_attn[r * kv_block + c] = a * (g - dsum[r])
+                        x = r * kv_block + c
+                        grad_attn[x] = attn[x] * (grad_attn[x] - dsum[r])
                 # grad_q <- grad_q + scale * grad_attn @ k
                 for r in range(q_block):
-                    dqr = (i * q_size + m + r) * head
-                    dqrow = dq[dqr : dqr + head]
-                    for c in range(kv_block):
-                        g = scale * grad_attn[r * kv_block + c]
-                        kr = ko + i * ksb + (n + c) * ksn
-                        krow = k[kr : kr + head]
-                        for d in range(head):
-                            dqrow[d] += g * krow[d]
+                    _axpy_rows(dq, (i * q_size + m + r) * head, grad_attn, r * kv_block, 1, k,
+                               ko + i * ksb + n * ksn, ksn, kv_block, head, scale)  # fmt: skip
                 # grad_k <- grad_k + scale * grad_attn.T @ q
                 for c in range(kv_block):
-                    dkr = (i * kv_size + n + c) * head
-                    dkrow = dk[dkr : dkr + head]
-                    for r in range(q_block):
-                        g = scale * grad_attn[r * kv_block + c]
-                        qr = qo + i * qsb + (m + r) * qsm
-                        qrow = q[qr : qr + head]
-                        for d in range(head):
-                            dkrow[d] += g * qrow[d]
+                    _axpy_rows(dk, (i * kv_size + n + c) * head, grad_attn, c, kv_block, q,
+                               qo + i * qsb + m * qsm, qsm, q_block, head, scale)  # fmt: skip
 
 
 # ---- CUDA -----------------------------------------------------------------------------------------
