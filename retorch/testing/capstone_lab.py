@@ -304,7 +304,8 @@ BACKWARD_HINT = (
     "recompute P = softmax(Q K^T * scale, masked with -inf above torch's top-left diagonal "
     "when is_causal); then dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), "
     "dQ = dS K * scale, dK = dS^T Q * scale; scale defaults to 1/sqrt(E), E the last dim of "
-    "q and k (not of v); transposes swap only the last two dims"
+    "q and k (not of v); transposes swap only the last two dims; make what you "
+    "create (the mask) on the inputs' device"
 )
 
 
@@ -343,6 +344,10 @@ def check_attention_backward(cmp, attention_backward):
     qt = q.transpose(-2, -1).contiguous().transpose(-2, -1)  # a transposed (strided) query
     cases.append((qt, k, v, d_out, True, None, 1e-12, ", q transposed"))
     cases.append((q, k, v, torch.zeros_like(d_out), True, None, 0.0, ", dO all zero"))
+    cases.append((q[:, :0], k, v, d_out[:, :0], True, None, 0.0, ", no queries (L = 0)"))
+    meta = [torch.empty(shape, device="meta") for shape in ((2, 5, 3), (2, 8, 3), (2, 8, 4),
+                                                             (2, 5, 4))]  # fmt: skip
+    cases.append((*meta, True, None, 0.0, ", on the meta device"))
     for q, k, v, d_out, causal, scale, tol, note in cases:
         want = _torch_grads(q, k, v, d_out, causal, scale)
         args = (f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
@@ -369,7 +374,7 @@ FLASH_HINT = (
     "lies after query i, j0 the block's first key); m_new = max(m, rowmax(s)); rescale what "
     "you have by exp(m - m_new): l = l * exp(m - m_new) + rowsum(exp(s - m_new)) and "
     "acc = acc * exp(m - m_new) + exp(s - m_new) v_b; start from m = -inf, l = 0, acc = 0; "
-    "at the end out = acc / l and logsumexp = m + log(l)"
+    "at the end out = acc / l and logsumexp = m + log(l); make what you create on q's device"
 )
 
 
@@ -416,10 +421,17 @@ def check_flash_attention_forward(cmp, flash_attention_forward):
     q = torch.full((1, 2, 4, 5), 20.0, dtype=torch.float64)
     k = -20.0 + _randn((1, 2, 9, 5), gen)
     cases.append((q, k, _randn((1, 2, 9, 5), gen), 4, True, 0.4, 1e-12, ", scores near -800"))
+    q, k, v, *_ = cases[1]
+    kt = k.transpose(-2, -1).contiguous().transpose(-2, -1)  # transposed (strided) keys
+    cases.append((q, kt, v, 4, True, None, 1e-12, ", k transposed"))
+    meta = [torch.empty((2, 3, n, 4), device="meta") for n in (6, 10, 10)]
+    cases.append((*meta, 3, True, None, 0.0, ", on the meta device"))
     for q, k, v, bs, causal, scale, tol, note in cases:
         L, S = q.shape[-2], k.shape[-2]
+        # the op itself assumes a last-dim stride of 1 (SDPA makes its inputs so before calling
+        # it): on the transposed key, torch 2.13's returns wrong values; it is handed copies
         want_out, want_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, causal, scale=scale)[:2]  # fmt: skip
+            q.contiguous(), k.contiguous(), v.contiguous(), 0.0, causal, scale=scale)[:2]  # fmt: skip
         what = (f"flash_attention_forward(q {tuple(q.shape)}, k {tuple(k.shape)}, block_size="
                 f"{bs}, is_causal={causal}, scale={scale}, {str(q.dtype)[6:]}{note})")  # fmt: skip
         kwargs = dict(is_causal=causal) if scale is None else dict(is_causal=causal, scale=scale)

@@ -203,6 +203,10 @@ WRONG = {
             _sub(_BACKWARD, "s = s.masked_fill(~keep", "s = s.masked_fill(~keep & False"),
         ),
         (
+            "the causal mask made on the CPU, whatever the inputs' device",
+            _sub(_BACKWARD, "dtype=torch.bool, device=s.device)", "dtype=torch.bool)"),
+        ),
+        (
             "the causal mask aligned bottom-right",
             _sub(_BACKWARD, ".tril()", ".tril(S - L)"),
         ),
@@ -219,6 +223,14 @@ WRONG = {
         (
             "the causal mask with the block's own key index (j, not j0 + j)",
             _sub(_FLASH, "torch.arange(j0, j0 + kb.shape[-2]", "torch.arange(0, kb.shape[-2]"),
+        ),
+        (
+            "the query and key indices made on the CPU, whatever the inputs' device",
+            _sub(
+                _sub(_FLASH, "torch.arange(L, device=q.device)", "torch.arange(L)"),
+                "kb.shape[-2], device=q.device)",
+                "kb.shape[-2])",
+            ),
         ),
         (
             "the running maximum started at 0, not -inf",
