@@ -23,11 +23,16 @@ passes and the student's functions, runs them and torch on the same inputs, and 
    ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu`` (output and logsumexp;
    ``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``), with block sizes that do not
    divide S, one block, blocks of one key, causal with L != S, and scores so negative that a
-   running maximum started at 0 underflows.
+   running maximum started at 0 underflows;
+5. ``tied_weight_grad``: the gradient of the weight that the GPT's embedding and output layer
+   share, against torch's autograd through ``F.embedding`` and ``F.linear``
+   (``aten/src/ATen/native/Embedding.cpp``'s ``embedding_dense_backward``): repeated ids,
+   ``padding_idx`` (0, -1, none), any leading dims, no positions, one use's gradient zero.
 
 While a student's function runs, what would do the exercise for it raises: the chapter's
 ``retorch.models.attention`` helpers, torch's causal-bias helpers (exercise 1), torch's and
-retorch's autograd engines (exercise 3); and exercise 4 records every op's output and fails
+retorch's autograd engines (exercises 3 and 5) and torch's embedding backward (exercise 5);
+and exercise 4 records every op's output and fails
 when a floating-point (L, S) score matrix appears.
 """
 
@@ -453,3 +458,70 @@ def check_flash_attention_forward(cmp, flash_attention_forward):
         cmp.tensor_like(got[1], want_lse, what + ": logsumexp (torch's, from "
                         "_scaled_dot_product_flash_attention_for_cpu)", FLASH_HINT, rtol=tol,
                         atol=tol)  # fmt: skip
+
+
+# ---- exercise 5 -------------------------------------------------------------------------------
+TIED_HINT = (
+    "the weight is used twice, so its gradient is the sum of both uses: the output layer "
+    "(logits = h W^T) gives d_logits^T h, summed over every position; the embedding (e = W[idx]) "
+    "adds row d_emb[position] into row idx[position], once per occurrence (index assignment, "
+    "and `dW[idx] += ...`, keep only one of repeated ids: use index_add_ or index_put_ with "
+    "accumulate=True); the padding row (padding_idx, negative counted from the end) gets "
+    "nothing from the embedding"
+)
+
+#: (idx shape, V, C, padding_idx, dtype, tolerance); the solution's largest error against
+#: torch's autograd, |got - torch| / (1 + |torch|), over 30 draws of each case in both dtypes:
+#: float64 5.2e-16, float32 3.7e-7 (summation order)
+TIED_CASES = [
+    ((3, 5), 11, 4, None, torch.float64, 1e-12),
+    ((2, 6), 7, 3, 0, torch.float64, 1e-12),
+    ((4, 3), 9, 5, -1, torch.float64, 1e-12),  # the last row, counted from the end
+    ((12,), 5, 6, 2, torch.float32, 2e-6),  # no batch dim
+    ((2, 2, 4), 6, 3, None, torch.float64, 1e-12),  # two leading dims
+    ((2, 0), 5, 3, None, torch.float64, 1e-12),  # no positions: only zeros
+]
+
+
+def _torch_tied_grad(idx, h, d_logits, d_emb, weight, padding_idx):
+    w = weight.detach().requires_grad_()
+    loss = (F.embedding(idx, w, padding_idx=padding_idx) * d_emb).sum() + (
+        F.linear(h, w) * d_logits
+    ).sum()
+    return torch.autograd.grad(loss, w)[0]
+
+
+def check_tied_weight_grad(cmp, tied_weight_grad):
+    gen = _gen(6)
+    off = dict(
+        functions=_autograd_engines(),
+        attributes=[
+            (torch.ops.aten, "embedding_dense_backward"),
+            (torch.ops.aten, "embedding_backward"),
+        ],  # fmt: skip
+    )
+    cases = []
+    for shape, V, C, pad, dtype, tol in TIED_CASES:
+        # ids drawn from few values, so that most repeat; the padding id among them
+        idx = torch.randint(0, V, shape, generator=gen)
+        if idx.numel():
+            idx.view(-1)[::3] = idx.view(-1)[0]
+            if pad is not None:
+                idx.view(-1)[1] = pad % V
+        lead = tuple(shape)
+        h, d_logits, d_emb = (_randn(lead + (n,), gen, dtype) for n in (C, V, C))
+        cases.append((idx, h, d_logits, d_emb, V, pad, tol, ""))
+    idx, h, d_logits, d_emb, V, pad, tol, _ = cases[0]
+    cases.append((idx, h, d_logits, torch.zeros_like(d_emb), V, pad, tol, ", d_emb all zero"))
+    cases.append((idx, h, torch.zeros_like(d_logits), d_emb, V, pad, tol, ", d_logits all zero"))
+    for idx, h, d_logits, d_emb, V, pad, tol, note in cases:
+        weight = torch.zeros(V, h.shape[-1], dtype=h.dtype)  # the gradient does not depend on it
+        want = _torch_tied_grad(idx, h, d_logits, d_emb, weight, pad)
+        what = (f"tied_weight_grad(idx of shape {tuple(idx.shape)} ({idx.view(-1)[:8].tolist()}"
+                f"{' ...' if idx.numel() > 8 else ''}), vocab {V}, padding_idx={pad}, "
+                f"{str(h.dtype)[6:]}{note})")  # fmt: skip
+        given = [t.clone() for t in (idx, h, d_logits, d_emb)]
+        with switched_off(**off):
+            got = cmp.call(lambda: tied_weight_grad(*given, padding_idx=pad), what + " ran",
+                           TIED_HINT)  # fmt: skip
+        cmp.tensor_like(got, want, what, TIED_HINT, rtol=tol, atol=tol)

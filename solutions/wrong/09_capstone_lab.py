@@ -64,6 +64,16 @@ for j0 in range(0, S, block_size):
 return acc / l, (m + torch.log(l)).squeeze(-1)
 """
 
+_TIED = """\
+V, C = d_logits.shape[-1], h.shape[-1]
+grad = d_logits.reshape(-1, V).transpose(0, 1) @ h.reshape(-1, C)  # the output layer
+ids, rows = idx.reshape(-1), d_emb.reshape(-1, C)
+if padding_idx is not None:
+    keep = ids != padding_idx % V  # a negative padding_idx counts from the end
+    ids, rows = ids[keep], rows[keep]
+return grad.index_add(0, ids, rows)  # the embedding: every occurrence adds its row
+"""
+
 
 def _sub(source, old, new):
     assert old in source, old
@@ -258,6 +268,52 @@ WRONG = {
         (
             "the last, shorter block dropped (range(0, S - block_size + 1, block_size))",
             _sub(_FLASH, "range(0, S, block_size)", "range(0, S - block_size + 1, block_size)"),
+        ),
+    ],
+    "ex5_tied_weight_grad": [
+        (
+            "the embedding's rows written with index assignment: a repeated id keeps one row",
+            _sub(
+                _TIED,
+                "return grad.index_add(0, ids, rows)",
+                "emb = torch.zeros_like(grad)\nemb[ids] = rows\nreturn grad + emb",
+            ),
+        ),
+        (
+            "dW[ids] += rows: advanced indexing adds a repeated id's rows only once",
+            _sub(
+                _TIED,
+                "return grad.index_add(0, ids, rows)",
+                "grad[ids] += rows\nreturn grad",
+            ),
+        ),
+        (
+            "only the output layer's gradient (the embedding's use forgotten)",
+            _sub(_TIED, "return grad.index_add(0, ids, rows)", "return grad"),
+        ),
+        (
+            "only the embedding's gradient (the output layer's use forgotten)",
+            _sub(
+                _TIED,
+                "return grad.index_add(0, ids, rows)",
+                "return torch.zeros_like(grad).index_add(0, ids, rows)",
+            ),
+        ),
+        (
+            "the padding row not left out",
+            _sub(_TIED, "if padding_idx is not None:", "if False:"),
+        ),
+        (
+            "a negative padding_idx compared as it is (-1 matches no id)",
+            _sub(_TIED, "ids != padding_idx % V", "ids != padding_idx"),
+        ),
+        (
+            "the output layer's gradient transposed: h^T d_logits, (C, V), read as (V, C)",
+            _sub(
+                _TIED,
+                "d_logits.reshape(-1, V).transpose(0, 1) @ h.reshape(-1, C)",
+                "(h.reshape(-1, C).transpose(0, 1) @ d_logits.reshape(-1, V)).reshape(V, C)",
+            ),
         ),
     ],
 }
