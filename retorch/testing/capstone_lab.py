@@ -100,7 +100,9 @@ def _causal_bias_attributes() -> list:
 def _autograd_engines() -> list:
     from retorch.autograd import engine
 
-    return [torch.autograd.graph._engine_run_backward, engine.run_backward]
+    # torch's Python entry to its engine (torch >= 2.4; older ones call the engine directly)
+    torch_engine = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    return [f for f in (torch_engine, engine.run_backward) if f is not None]
 
 
 def _sdpa_attributes() -> list:
