@@ -30,8 +30,11 @@ CPU (:func:`cpu_flash_attention`, :func:`cpu_flash_attention_backward`): torch's
 split sizes (``q_split`` 32, 64 or 256 by T_q; ``kv_split`` 512) and its per-thread scratch
 buffer (one slice of ``buf`` per thread, indexed by ``numba.get_thread_id()`` as torch indexes
 by ``at::get_thread_num()``). The forward runs its (n, query block) tasks in parallel, the
-backward its n's (each n accumulates dK and dV over every query block). The gemms are plain
-loops over contiguous rows (``cpu_kernels._dot`` and row updates LLVM vectorises).
+backward its n's (each n accumulates dK and dV over every query block). The gemms
+(``cpublas::gemm`` in torch) are loops LLVM vectorises: ``q @ k^T`` in 4 x 4 register blocks
+(:func:`_gemm_nt`), the accumulating products four rows at a time (:func:`_axpy_rows`). The
+forward's exp is torch's: ``exp_u20``, a degree-5 polynomial, for float32
+(:func:`exp_reduce_sum`), ``exp`` for float64; the backward's is ``exp`` for both, as torch's.
 
 CUDA (:func:`flash_attention_kernel`, :func:`flash_attention_backward_dq_kernel`,
 :func:`flash_attention_backward_dkdv_kernel`): one block of :data:`ATTN_THREADS` threads per
@@ -56,12 +59,14 @@ import math
 
 import numba
 import numpy as np
-from numba import cuda, njit, prange
+from numba import cuda, njit, prange, types
+from numba.extending import overload
 
 from .. import cuda as rcuda
 from ..cuda_launch import launch
 from .cpu_kernels import _dot, _jit, _pick
 from .dispatch_stub import stub
+from .dtype import int32
 from .ops import _c_name
 from .tensor_factories import empty, zeros
 from .tensor_shape import contiguous
@@ -78,6 +83,58 @@ def q_split_size(q_size: int) -> int:
 
 
 # ---- CPU ------------------------------------------------------------------------------------------
+# torch's ``Vectorized<float>::exp_u20`` (``aten/src/ATen/cpu/vec/vec256/vec256_float.h``, the
+# same in vec512): exp(x) = 2^n exp(r) with n = floor(x log2(e) + 1/2), r = x - n ln(2), exp(r)
+# a degree-5 polynomial, 2^(n-1) built in the exponent bits, x below ln(FLT_MIN) giving 0.
+_FACTORIALS = tuple(np.float32(c) for c in (0.999999701, 0.499991506, 0.166676521,
+                                            0.0418978221, 0.00828929059))  # fmt: skip
+_F1, _F2, _F3, _F4, _F5 = _FACTORIALS
+_LOG2E = np.uint32(0x3FB8AA3B).view(np.float32)
+_LN2 = np.uint32(0x3F317218).view(np.float32)
+_LN_FLT_MIN = np.uint32(0xC2AEAC50).view(np.float32)
+_LN_FLT_MAX = np.uint32(0x42B17218).view(np.float32)
+
+
+def exp_reduce_sum(row, n, max_, bits, zero):
+    """``_exp_reduce_sum_fusion_kernel``: ``row[:n] <- exp(row[:n] - max_)``, returning their
+    sum; ``bits`` is int32 scratch of at least ``n``. Typing stub: Numba picks the float or
+    the double version by the element type."""
+
+
+def _exp_u20_reduce_sum(row, n, max_, bits, zero):
+    pow2 = bits[:n]
+    for c in range(n):  # exp_u20 as torch writes it, one lane per element
+        x = row[c] - max_
+        small = x < _LN_FLT_MIN
+        x = max(min(x, _LN_FLT_MAX), _LN_FLT_MIN)
+        fx = np.floor(x * _LOG2E + np.float32(0.5))
+        r = x - fx * _LN2
+        y = ((((r * _F5 + _F4) * r + _F3) * r + _F2) * r + _F1) * r + np.float32(1)
+        row[c] = y
+        pow2[c] = 0 if small else (np.int32(fx - np.float32(1)) + np.int32(127)) << np.int32(23)
+    two_pow = pow2.view(np.float32)  # 2^(n-1): the bits as a float
+    s = zero
+    for c in range(n):
+        e = row[c] * two_pow[c] * np.float32(2)
+        row[c] = e
+        s += e
+    return s
+
+
+def _exp_reduce_sum(row, n, max_, bits, zero):
+    s = zero  # Vectorized<double>::exp_u20 is exp itself (Sleef's u10)
+    for c in range(n):
+        e = np.exp(row[c] - max_)
+        row[c] = e
+        s += e
+    return s
+
+
+@overload(exp_reduce_sum, fastmath={"reassoc", "contract"}, **_jit)
+def _exp_reduce_sum_for(row, n, max_, bits, zero):
+    return _exp_u20_reduce_sum if row.dtype == types.float32 else _exp_reduce_sum
+
+
 @njit(fastmath={"reassoc", "contract"}, **_jit)
 def _gemm_nt(a, ia, sa, b, ib, sb, rows, cols, n, out, zero):
     """``out[r * cols + c] = dot(a's row r, b's row c)`` (``a @ b.T``) for rows of length ``n``
@@ -151,7 +208,7 @@ def _axpy_rows(dst, io, coef, ic, cs, src, js, ss, count, n, alpha):
 @njit(parallel=True, **_jit)
 def cpu_flash_attention(q, qo, qsb, qsm, k, ko, ksb, ksn, v, vo, vsb, vsn, out, lse,
                         batch, q_size, kv_size, head, vhead, is_causal, scale,
-                        q_split, kv_split, buf, zero):  # fmt: skip
+                        q_split, kv_split, buf, pow2_buf, zero):  # fmt: skip
     """``cpu_flash_attention``: ``out`` (batch, q_size, vhead) and ``lse`` (batch, q_size),
     both contiguous; ``q_split`` and ``kv_split`` already cut to the sizes."""
     ninf = zero - np.float32(np.inf)
@@ -162,7 +219,9 @@ def cpu_flash_attention(q, qo, qsb, qsm, k, ko, ksb, ksn, v, vo, vsb, vsn, out, 
         z = np.int64(z_)
         i = z // q_slice
         m = (z % q_slice) * q_split
-        b0 = numba.get_thread_id() * per_thread
+        tid = numba.get_thread_id()
+        b0 = tid * per_thread
+        bits = pow2_buf[tid * kv_split : (tid + 1) * kv_split]  # exp_u20's 2^n, per thread
         qk = buf[b0 : b0 + q_split * kv_split]
         qk_max = buf[b0 + q_split * kv_split : b0 + q_split * kv_split + q_split]
         qk_sum = buf[b0 + q_split * kv_split + q_split : b0 + q_split * kv_split + 2 * q_split]
@@ -197,11 +256,7 @@ def cpu_flash_attention(q, qo, qsb, qsm, k, ko, ksb, ksn, v, vo, vsb, vsn, out, 
                     for c in range(kv_block):
                         row[c] = zero
                 else:
-                    tmp_sum = zero  # _exp_reduce_sum_fusion_kernel
-                    for c in range(kv_block):
-                        e = np.exp(row[c] - tmp_max)
-                        row[c] = e
-                        tmp_sum += e
+                    tmp_sum = exp_reduce_sum(row, kv_block, tmp_max, bits, zero)
                     exp_tmp = np.exp(qk_max[r] - tmp_max)
                     qk_sum[r] = tmp_sum + exp_tmp * qk_sum[r]
                     qk_max[r] = tmp_max
@@ -524,10 +579,12 @@ def flash_attention_cpu(out, lse, q, k, v, is_causal, scale):
     threads = numba.get_num_threads()
     per_thread = q_split * kv_split + 2 * q_split + q_split * vhead
     buf = empty(threads * per_thread, dtype=q.dtype)  # at::empty({num_thread, size_per_thread})
+    pow2 = empty(threads * kv_split, dtype=int32)
     typ = q.dtype.np.type
     loop = _pick(cpu_flash_attention, batch * q_size * kv_size * max(head, vhead))
     loop(*_operand(q), *_operand(k), *_operand(v), _flat(out), _flat(lse), batch, q_size,
-         kv_size, head, vhead, is_causal, typ(scale), q_split, kv_split, _flat(buf), typ(0))  # fmt: skip
+         kv_size, head, vhead, is_causal, typ(scale), q_split, kv_split, _flat(buf),
+         _flat(pow2), typ(0))  # fmt: skip
 
 
 @stub("flash_attention_backward").register("cpu")
