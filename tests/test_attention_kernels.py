@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_capstone as capstone
 import torch
 import torch.nn.functional as F
 from hypothesis import given
@@ -291,19 +292,18 @@ def fused(monkeypatch):
     [pytest.param(torch.float32, 1e-6, marks=pytest.mark.slow), (torch.float64, 1e-13)],
 )
 def test_capstone_one_step_equals_torch_through_the_fused_kernels(fused, dtype, tol):
-    from test_capstone import N, _batches, _models
+    """test_capstone.py's own test, its tolerances, on the fused backend."""
+    capstone.test_one_step_loss_and_gradients_equal_torch(dtype, tol)
+    assert fused == ["forward"] * 2 + ["backward"] * 2  # both layers, both ways
 
-    from retorch.dispatch import from_torch
-    from retorch.models.train import sort_loss
 
-    tm, rm = _models(dtype=dtype)
-    ((x, y),) = _batches(1, 8, seed=3)
-    lt, lr = sort_loss(tm, x, y, N), sort_loss(rm, from_torch(x), from_torch(y), N)
-    lt.backward()
-    lr.backward()
-    assert fused.count("forward") == 2 and fused.count("backward") == 2  # both layers
-    assert abs(lt.item() - lr.item()) < tol
-    for (nt, pt), (nr, pr) in zip(tm.named_parameters(), rm.named_parameters(), strict=True):
-        assert nt == nr
-        diff = np.abs(pt.grad.numpy() - pr.grad.numpy()).max()
-        assert diff < tol, (nt, diff)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,steps,tol", [(torch.float32, 10, 1e-6), (torch.float64, 10, 1e-12)])
+def test_capstone_training_steps_equal_torch_through_the_fused_kernels(fused, dtype, steps, tol):
+    capstone.test_training_steps_equal_torch(dtype, steps, tol)
+    assert fused.count("forward") == 2 * steps and fused.count("backward") == 2 * steps
+
+
+def test_capstone_char_model_forward_equals_torch_through_the_fused_kernels(fused):
+    capstone.test_char_model_forward_equals_torch()
+    assert fused == ["forward"]
