@@ -13,6 +13,7 @@ Tolerance against eager torch: the package's logits differ from eager torch's by
 (torch's package equals eager torch to 8.9e-8 as well).
 """
 
+import io
 import json
 import os
 import subprocess
@@ -77,10 +78,15 @@ def test_package_layout_is_torchs_pt2_archive(mlp_package):
     assert {f"mlp/data/weights/{c['file']}" for c in config.values()} <= names
     kinds = [what for _, what in meta["call_order"]]
     assert "kernel" in kinds and "aten.mm.default" in kinds  # fused kernels and extern mm
-    loaded = load_package(path)
+    loaded = load_package(path, cache_dir=False)
     assert loaded.get_constant_fqns() == meta["weights"]
     for fqn, t in model.state_dict().items():
         assert torch.equal(loaded._constants[fqn], t)  # the weights' bits come back
+    buffer = io.BytesIO()  # torch's package_path may be a buffer too
+    aoti_compile_and_package(retorch.export.export(model, (torch.randn(3, 8),)),
+                             package_path=buffer)  # fmt: skip
+    again = load_package(io.BytesIO(buffer.getvalue()), cache_dir=False)
+    assert again.source == loaded.source and again.get_metadata()["inputs"] == meta["inputs"]
 
 
 def test_misuse_raises_what_torchs_package_raises(mlp_package):
@@ -88,7 +94,7 @@ def test_misuse_raises_what_torchs_package_raises(mlp_package):
     package, input (4, 11) int64), raises RuntimeError with these messages; without it it
     does not check, and a wrong shape reads out of bounds (the process aborts)."""
     _, path = mlp_package
-    model = aoti_load_package(str(path))
+    model = aoti_load_package(str(path), cache_dir=False)
     cases = [
         ((torch.zeros(3, 7),), "input_handles[0]: unmatched dim value at 1, expected: 8, but got: 7"),
         ((torch.zeros(2, 8),), "input_handles[0]: unmatched dim value at 0, expected: 3, but got: 2"),
@@ -139,7 +145,7 @@ def test_corrupted_or_missing_parts_are_named(mlp_package, tmp_path):
     for i, (change, message) in enumerate(cases):
         bad = _rewrite(path, tmp_path / f"bad{i}.pt2", change)
         with pytest.raises(RuntimeError, match=message):
-            load_package(str(bad))
+            load_package(str(bad), cache_dir=False)
 
 
 # -- the capstone's GPT: slow (Numba compiles its kernels; torch's AOTI runs gcc) --
@@ -266,3 +272,5 @@ def test_torchs_aoti_package_of_the_same_model_agrees(gpt_package, tmp_path):
             ours(*bad)
         expected.append(str(info.value))
     assert proc.stdout.split("\n")[:4] == expected
+    with pytest.raises(RuntimeError, match="no model metadata"):
+        load_package(torch_path, cache_dir=False)  # torch's package is not ours to run

@@ -26,9 +26,11 @@ retorch.inductor's runtime only: the generated source imports
 ``flat_cpu``) are handed in, as torch's package needs libtorch and not the model's code.
 
 What is not ahead of time here: torch's ``.so`` is machine code; ours is Numba source, which
-Numba compiles when a kernel is first called (``first call`` in the chapter's table). With
-``cache_dir``, the loader writes the source to ``<cache_dir>/<sha256>/<model>.py`` and turns on
-Numba's on-disk cache for each kernel, so a second process loads machine code instead.
+Numba compiles when a kernel is first called (``first call`` in the chapter's table). The
+loader writes the source to ``<cache_dir>/<sha256>/<model>.py`` and turns on Numba's on-disk
+cache for each kernel, so a second process loads machine code instead; ``cache_dir`` defaults
+to ``<tmp>/retorch_aoti_<user>``, as torch's to ``<tmp>/torchinductor_<user>``
+(torch/_inductor/runtime/cache_dir_utils.py); ``cache_dir=False`` compiles in memory only.
 
 Inputs are checked on every call, as torch's package checks them only with
 ``AOTI_RUNTIME_CHECK_INPUTS=1`` (without it, a wrong shape reads out of bounds: the process
@@ -292,19 +294,35 @@ def _load_weights(z, root, model_name) -> dict:
     return constants
 
 
+def default_cache_dir() -> str:
+    """``<tmp>/retorch_aoti_<user>`` (torch's ``default_cache_dir``: ``torchinductor_<user>``)."""
+    import getpass
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return os.path.join(tempfile.gettempdir(), f"retorch_aoti_{user}")
+
+
 def _exec_source(source: str, model_name: str, cache_dir) -> dict:
-    """Run the generated module; with ``cache_dir``, from a file, with Numba's disk cache on."""
+    """Run the generated module from a file under ``cache_dir``, with Numba's disk cache on
+    (``cache_dir=False``: from memory, compiled anew in each process)."""
     from .codegen.wrapper import contiguous, flat_cpu, flat_cuda
     from .compile_fx import load_module
 
     ns = {"torch": torch, "aten": torch.ops.aten, "prims": torch.ops.prims,
           "device": torch.device("cpu"), "contiguous": contiguous, "flat_cpu": flat_cpu,
           "flat_cuda": flat_cuda}  # fmt: skip
-    if cache_dir is None:
+    if cache_dir is False:
         return load_module(source, f"aoti_{model_name}", ns)
     import numba.core.registry
 
-    folder = Path(cache_dir) / _sha256(source.encode())[:32]
+    folder = (
+        Path(default_cache_dir() if cache_dir is None else cache_dir)
+        / _sha256(source.encode())[:32]
+    )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{model_name}.py"
     if not path.exists() or path.read_text() != source:
