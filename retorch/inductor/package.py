@@ -347,7 +347,9 @@ def load_package(path, model_name: str = "model", run_single_threaded: bool = Fa
                  cache_dir=None) -> AOTICompiledModel:  # fmt: skip
     """Open a package written by :func:`aoti_compile_and_package` (a path or a binary file
     object) and return the runnable model. Raises ``RuntimeError`` naming what is wrong when
-    the package is not one, or a weight or the source is missing or corrupted."""
+    the package is not one, or a weight or the source is missing or corrupted.
+    ``run_single_threaded``, ``num_runners`` and ``device_index`` are torch's and ignored here
+    (one CPU runner); ``cache_dir``: see the module's docstring."""
     if isinstance(path, (bytes, bytearray)):
         path = io.BytesIO(path)
     with zipfile.ZipFile(path) as z:
