@@ -34,7 +34,9 @@ backward its n's (each n accumulates dK and dV over every query block). The gemm
 (``cpublas::gemm`` in torch) are loops LLVM vectorises: ``q @ k^T`` in 4 x 4 register blocks
 (:func:`_gemm_nt`), the accumulating products four rows at a time (:func:`_axpy_rows`). The
 forward's exp is torch's: ``exp_u20``, a degree-5 polynomial, for float32
-(:func:`exp_reduce_sum`), ``exp`` for float64; the backward's is ``exp`` for both, as torch's.
+(:func:`exp_reduce_sum`; torch takes ``std::exp`` for the few elements past its last full
+vector, here every element takes ``exp_u20``), ``exp`` for float64; the backward's is
+``exp`` for both, as torch's.
 
 CUDA (:func:`flash_attention_kernel`, :func:`flash_attention_backward_dq_kernel`,
 :func:`flash_attention_backward_dkdv_kernel`): one block of :data:`ATTN_THREADS` threads per
