@@ -94,10 +94,18 @@ def test_the_torch_gpt_trains_on_the_device_as_on_cpu_torch():
     kernels = [r["kernels"] for r in got["reports"]]
     fallbacks = [r["fallbacks"] for r in got["reports"]]
     assert kernels[1:] == [kernels[1]] * 4 and fallbacks[1:] == [fallbacks[1]] * 4  # every step
-    for op in ("mm.out", "addmm.out", "bmm.out", "add.out", "mul.out", "_softmax.out"):
+    for op in ("mm.out", "addmm.out", "bmm.out", "add.out", "mul.out", "_softmax.out",
+               "_softmax_backward_data.out", "embedding_dense_backward", "lerp.Scalar_out",
+               "addcmul.out", "addcdiv.out", "sqrt.out"):  # fmt: skip
         assert kernels[1][op] > 0, op
-    for op in ("gelu.out", "native_layer_norm_backward", "addcdiv.out", "lerp.Scalar_out"):
-        assert fallbacks[1][op] > 0, op
+    # what falls back in each step (torch 2.13): LayerNorm (its composite forward calls
+    # native_batch_norm), GELU, the causal mask of SDPA's math path, and the loss
+    assert fallbacks[1] == {
+        "native_batch_norm": 5, "native_layer_norm_backward": 5, "gelu.out": 2,
+        "gelu_backward.grad_input": 2, "tril.out": 2, "isneginf.out": 2, "all.out": 2,
+        "nll_loss_forward.output": 1, "nll_loss_backward.grad_input": 1,
+    }  # fmt: skip
+    assert sum(kernels[1].values()) == 404
     assert not set(kernels[1]) & set(fallbacks[1])
     assert got["ops"]["view"] == "metadata" and got["ops"]["gelu.out"] == "fallback"
     # what the steps allocated went back to the allocator: the model's parameters and their
@@ -116,18 +124,18 @@ def test_an_op_without_a_kernel_falls_back_counted_and_gives_torchs_value():
         gelu = torch.nn.functional.gelu(da, approximate="tanh")
         out = {"fb1": dict(dev.fallbacks), "k1": dict(dev.calls), "gelu_dev": str(gelu.device),
                "gelu": torch.equal(gelu.cpu(), torch.nn.functional.gelu(a, approximate="tanh"))}
-        da.addcmul_(db, dc, value=0.5)  # in place, no kernel: the CPU result is copied back
-        a.addcmul_(b, c, value=0.5)
-        s = (da * db).abs().sqrt()
+        da.clamp_(-0.5, 0.5)  # in place, no kernel: the CPU result is copied back
+        a.clamp_(-0.5, 0.5)
+        s = (da * db).abs().exp()
         out.update({
-            "addcmul": torch.equal(da.cpu(), a),
-            "sqrt": torch.equal(s.cpu(), (a * b).abs().sqrt()),
+            "clamp": torch.equal(da.cpu(), a) and da.cpu().abs().max().item() == 0.5,
+            "exp": torch.equal(s.cpu(), (a * b).abs().exp()),
             "fb": dict(dev.fallbacks), "k": dict(dev.calls)})
         print(json.dumps(out))
     """)
     assert got["fb1"] == {"gelu.out": 1} and got["k1"] == {}
-    assert got["gelu"] and got["gelu_dev"] == "retorch:0" and got["addcmul"] and got["sqrt"]
-    assert got["fb"] == {"gelu.out": 1, "addcmul.out": 1, "abs.out": 1, "sqrt.out": 1}
+    assert got["gelu"] and got["gelu_dev"] == "retorch:0" and got["clamp"] and got["exp"]
+    assert got["fb"] == {"gelu.out": 1, "clamp.out": 1, "abs.out": 1, "exp.out": 1}
     assert got["k"] == {"mul.out": 1}  # the op with a kernel ran chapter 4's, not the fallback
 
 
@@ -231,3 +239,45 @@ def test_elementwise_kernels_equal_cpu_torch_on_random_broadcast_shapes():
     """)
     assert got["ops"] == ["add", "div", "mul", "sub", "where"]
     assert set(got["fallbacks"]) <= {"gt.Tensor_out"}  # the comparison has no kernel
+
+
+@slow
+def test_composed_kernels_equal_torchs_within_a_rounding():
+    """The kernels composed of several chapter 4 ops, against torch's CPU kernels on the same
+    N(0, 1) inputs. Measured: embedding's backward exact (rows added in the same order);
+    softmax's backward 3e-8, log_softmax's 1.2e-7; AdamW's ``addcmul`` 3e-8, ``lerp`` 2.4e-7
+    (torch's vectorized loop fuses a multiply-add), ``sqrt`` (``pow(x, 0.5)``) 1 ulp in 4 of
+    1000; the bound below is 4 float32 ulps of 1 (4.8e-7)."""
+    got = run("""
+        import torch.nn.functional as F
+        dev = pd.install()
+        g = torch.Generator().manual_seed(0)
+        a, b, c = (torch.randn(1000, generator=g) for _ in range(3))
+        x, w = torch.randn(6, 7, generator=g), torch.randn(10, 7, generator=g)
+        idx, gy = torch.randint(0, 10, (3, 4), generator=g), torch.randn(3, 4, 7, generator=g)
+
+        def grads(x, w, idx, gy):
+            x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+            g2 = gy.reshape(-1)[40:82].reshape(6, 7)
+            return {"softmax": torch.autograd.grad(x.softmax(1), x, g2)[0],
+                    "log_softmax": torch.autograd.grad(x.log_softmax(0), x, g2)[0],
+                    "embedding": torch.autograd.grad(F.embedding(idx, w), w, gy)[0],
+                    "embedding_pad": torch.autograd.grad(F.embedding(idx, w, padding_idx=3),
+                                                         w, gy)[0]}
+
+        def adam(a, b, c):
+            return {"sqrt": c.abs().sqrt(), "addcmul": a.addcmul(b, c, value=0.001),
+                    "addcdiv": a.addcdiv(b, c.abs() + 0.1, value=-0.01),
+                    "lerp": a.lerp(b, 0.1), "lerp_high": a.lerp(b, 0.999)}
+
+        d = lambda *ts: [t.to("retorch") for t in ts]
+        want = {**grads(x, w, idx, gy), **adam(a, b, c)}
+        dev.reset_counts()
+        got = {**grads(*d(x, w, idx, gy)), **adam(*d(a, b, c))}
+        print(json.dumps({"err": {k: (got[k].cpu() - want[k]).abs().max().item() for k in want},
+                          "fallbacks": dict(dev.fallbacks)}))
+    """)
+    assert got["err"]["embedding"] == 0 and got["err"]["embedding_pad"] == 0
+    for name, err in got["err"].items():
+        assert err <= 4 * 1.1920928955078125e-07, name
+    assert set(got["fallbacks"]) <= {"abs.out"}  # abs has no kernel; the rest ran ours

@@ -383,12 +383,49 @@ OUT_KERNELS = {
         a, dim if dim else None, keepdim, _rt_dtype(dtype)
     ),
     "where.self_out": lambda c, a, b: rt.where(c, a, b),
+    # the backward of softmax and log_softmax (``SoftMax.cpp``'s formulas)
+    "_softmax_backward_data.out": lambda g, y, dim, input_dtype: rt.mul(
+        y, rt.sub(g, rt.sum(rt.mul(g, y), dim, keepdim=True))
+    ),
+    "_log_softmax_backward_data.out": lambda g, y, dim, input_dtype: rt.sub(
+        g, rt.mul(rt.exp(y), rt.sum(g, dim, keepdim=True))
+    ),
+    # torch.optim.AdamW's update, composed of chapter 4's ops in the order of torch's CPU
+    # kernels (``PointwiseOpsKernel.cpp``, ``LerpKernel.cpp``); torch's vectorized loops may
+    # fuse a multiply-add (one rounding) where these round twice
+    "sqrt.out": lambda a: rt.pow(a, 0.5),
+    "addcmul.out": lambda a, t1, t2, value=1: rt.add(a, rt.mul(rt.mul(t1, value), t2)),
+    "addcdiv.out": lambda a, t1, t2, value=1: rt.add(a, rt.div(rt.mul(t1, value), t2)),
+    "lerp.Scalar_out": lambda a, end, weight: (
+        rt.add(a, rt.mul(rt.sub(end, a), weight))
+        if abs(weight) < 0.5
+        else rt.sub(end, rt.mul(rt.sub(end, a), 1 - weight))
+    ),
 }
 #: Kernels that return a new tensor (ops with a CPU kernel of their own, not structured).
 FUNCTIONAL_KERNELS = {
     "index_select": lambda a, dim, index: rt.index_select(a, dim, index),
     "where.self": lambda c, a, b: rt.where(c, a, b),
+    "embedding_dense_backward": lambda g, index, num_weights, padding_idx, by_freq: (
+        _embedding_dense_backward(g, index, num_weights, padding_idx, by_freq)
+    ),
 }
+
+
+def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """``embedding_dense_backward_cpu`` (``Embedding.cpp``): each row of ``grad`` added to
+    the row of the weight its index names, in order (``index_add_``); the padding row gets
+    nothing."""
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding_dense_backward: scale_grad_by_freq has no kernel")
+    c = grad.shape[-1]
+    out = rt.zeros(num_weights, c, dtype=grad.dtype)
+    rt.index_add_(out, 0, indices.reshape(-1), grad.reshape(-1, c))
+    if 0 <= padding_idx < num_weights:
+        rt.fill_(rt.select(out, 0, padding_idx), 0)
+    return out
+
+
 #: In-place kernels: they write ``self`` and return it.
 INPLACE_KERNELS = {
     "fill_.Scalar": lambda a, value: rt.fill_(a, value),
@@ -432,7 +469,12 @@ def _compute_kernels(device: RetorchDevice) -> dict:
         return kernel
 
     def out_variant(op, fn):
-        def kernel(*args, out, **kwargs):
+        name, overload = op.split(".")
+        schema = getattr(torch.ops.aten, name).__getattr__(overload)._schema
+        (out_name,) = [a.name for a in schema.arguments if a.is_out]  # out, grad_input...
+
+        def kernel(*args, **kwargs):
+            out = kwargs.pop(out_name)
             device.calls[op] += 1
             check_same_device(out, *args)
             value = fn(*map(as_retorch, args), **kwargs)
