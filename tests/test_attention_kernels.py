@@ -200,12 +200,20 @@ def test_no_keys_gives_zero_output_as_sdpa():
     np.testing.assert_array_equal(lse.numpy(), np.zeros((2, 3)))  # flash's "sum 0 -> 1" rule
 
 
-def test_softmax_is_already_one_kernel():
-    """Chapter 4's softmax over the last dim is one pass per row already
-    (``softmax_lastdim``): the attention kernels fuse it, and no second copy is written."""
+def test_softmax_is_already_one_kernel(monkeypatch):
+    """Chapter 4's softmax over the last dim is one pass per row already (the CPU kernel of
+    ``stub("softmax_lastdim")``, called once): the attention kernels fuse it into theirs, and
+    no second softmax kernel is written. (Its backward is composed by autograd.)"""
     from retorch.tensor.dispatch_stub import STUBS
 
-    assert "cpu" in STUBS["softmax_lastdim"].table
+    table = STUBS["softmax_lastdim"].table
+    calls = []
+    kernel = table["cpu"]
+    monkeypatch.setitem(table, "cpu", lambda *a: calls.append(1) or kernel(*a))
+    x = np.random.default_rng(0).standard_normal((3, 5))
+    np.testing.assert_allclose(rt.softmax(rt.from_numpy(x), -1).numpy(),
+                               torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-15)  # fmt: skip
+    assert calls == [1]
 
 
 # ---- CUDA (the simulator here: small shapes, 8 threads a block) ----------------------------------
