@@ -127,15 +127,19 @@ def test_an_op_without_a_kernel_falls_back_counted_and_gives_torchs_value():
         da.clamp_(-0.5, 0.5)  # in place, no kernel: the CPU result is copied back
         a.clamp_(-0.5, 0.5)
         s = (da * db).abs().exp()
+        o = torch.empty(2).to("retorch")  # resized to (3, 4), returned as itself (torch's
+        r = dev.cpu_fallback(torch.ops.aten.exp.out, da, out=o)  # out= wrapper would hide it)
+        o_ok = r is o and torch.equal(o.cpu(), a.exp())
         out.update({
             "clamp": torch.equal(da.cpu(), a) and da.cpu().abs().max().item() == 0.5,
-            "exp": torch.equal(s.cpu(), (a * b).abs().exp()),
+            "exp": torch.equal(s.cpu(), (a * b).abs().exp()), "out": o_ok,
             "fb": dict(dev.fallbacks), "k": dict(dev.calls)})
         print(json.dumps(out))
     """)
     assert got["fb1"] == {"gelu.out": 1} and got["k1"] == {}
     assert got["gelu"] and got["gelu_dev"] == "retorch:0" and got["clamp"] and got["exp"]
-    assert got["fb"] == {"gelu.out": 1, "clamp.out": 1, "abs.out": 1, "exp.out": 1}
+    assert got["fb"] == {"gelu.out": 1, "clamp.out": 1, "abs.out": 1, "exp.out": 2}
+    assert got["out"]
     assert got["k"] == {"mul.out": 1}  # the op with a kernel ran chapter 4's, not the fallback
 
 

@@ -176,7 +176,7 @@ class RetorchDevice:
 
     def cpu_fallback(self, op, *args, **kwargs):
         """``at::native::cpu_fallback``, its four steps: tensor arguments to the CPU
-        (``at::_to_cpu``), torch's CPU kernel (a redispatch to the CPU key), mutated arguments
+        (``at::_to_cpu``), torch's CPU kernel, mutated arguments
         copied back (``at::_copy_from_and_resize``), results that alias a mutated argument
         returned as that argument and the others copied to the device. A view op raises (its
         ``error_on_views=True``): a copy cannot share the device tensor's storage.
@@ -204,28 +204,35 @@ class RetorchDevice:
 
         cpu_args = [to_cpu(a) for a in args]
         cpu_kwargs = {k: to_cpu(v) for k, v in kwargs.items()}
-        out = op.redispatch(_CPU, *cpu_args, **cpu_kwargs)  # op.redispatchBoxed(CPU, stack)
-        # mutated arguments: copy the CPU result back into the device tensor
-        written = {}
+        # op.redispatchBoxed(CPU, stack): a call with CPU tensors reaches the same CPU kernel
+        # (autograd is already below us). Not op.redispatch: torch hands a Python kernel its
+        # wrapped-number tensors as Python numbers, which only the full call's parser accepts
+        out = op(*cpu_args, **cpu_kwargs)
+        # mutated arguments: the CPU result copied back into the device tensor
+        originals = {}  # alias set (the `a` of `Tensor(a!)`) -> the device argument
         for i, arg in enumerate(schema.arguments):
             if arg.alias_info is None or not arg.alias_info.is_write:
                 continue
             original = args[i] if i < len(args) else kwargs.get(arg.name)
             cpu = cpu_args[i] if i < len(args) else cpu_kwargs.get(arg.name)
-            for o, c in zip(*((original, cpu) if isinstance(cpu, (list, tuple)) else
-                              ((original,), (cpu,)))):  # fmt: skip
+            pairs = zip(original, cpu) if isinstance(cpu, (list, tuple)) else [(original, cpu)]
+            for o, c in pairs:
                 if isinstance(o, torch.Tensor):
                     torch.ops.aten._copy_from_and_resize(c, o)
-                    written[id(c)] = o
-
-        def back(r):
-            if isinstance(r, torch.Tensor):
-                return written[id(r)] if id(r) in written else r.to(NAME)
-            if isinstance(r, (list, tuple)):
-                return type(r)(back(x) for x in r)
-            return r
-
-        return back(out)
+            originals[frozenset(arg.alias_info.before_set)] = original
+        # results: a mutable alias is its device argument; the others are copied over
+        results = out if len(schema.returns) > 1 else (out,)
+        back = []
+        for ret, r in zip(schema.returns, results):
+            if ret.alias_info is not None and ret.alias_info.is_write:
+                back.append(originals[frozenset(ret.alias_info.before_set)])
+            elif isinstance(r, torch.Tensor):
+                back.append(r.to(NAME))
+            elif isinstance(r, (list, tuple)):
+                back.append(type(r)(x.to(NAME) for x in r))
+            else:
+                back.append(r)
+        return tuple(back) if len(schema.returns) > 1 else back[0] if back else None
 
     # -- registration ---------------------------------------------------------------------
 
