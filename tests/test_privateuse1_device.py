@@ -8,7 +8,7 @@ each test that registers the device runs in a fresh interpreter (as chapter 5's 
 Tolerances, measured on this machine (float32): the sort task's GPT, 10 AdamW steps at
 lr 1e-2, losses within 4.8e-7 of CPU torch's (chapter 4's ``mm``/``bmm``/``sum`` add in another
 order than torch's GEMM; the ops that fall back run torch's own CPU kernels); the test allows
-5e-6 over 5 steps and 1e-5 per parameter element after them (but for the attention keys'
+5e-6 over 5 steps and 5e-5 per parameter element after them (but for the attention keys'
 bias: see the test). Elementwise kernels (``add``,
 ``sub``, ``mul``, ``div``, ``where``) are exact.
 """
@@ -87,27 +87,27 @@ def test_the_torch_gpt_trains_on_the_device_as_on_cpu_torch():
     assert got["dev"][-1] < got["dev"][0] - 0.05  # it learns
     # k_proj's bias has a gradient of 0 in exact arithmetic (softmax ignores a constant added
     # to every score): AdamW's m / sqrt(v) turns its rounding noise (1e-11) into steps of ~lr,
-    # on either device; every other parameter agrees to 1e-5 (measured 4.2e-6 after 10 steps)
+    # on either device; every other parameter agrees to 5e-5 (measured 9.8e-6 after 10 steps)
     for name, diff in got["param"].items():
-        assert diff < (5 * 1e-2 if name.endswith("k_proj.bias") else 1e-5), name
+        assert diff < (5 * 1e-2 if name.endswith("k_proj.bias") else 5e-5), name
     assert got["devices"] == ["retorch:0"] and got["tied"]
     kernels = [r["kernels"] for r in got["reports"]]
     fallbacks = [r["fallbacks"] for r in got["reports"]]
     assert kernels[1:] == [kernels[1]] * 4 and fallbacks[1:] == [fallbacks[1]] * 4  # every step
     for op in ("mm.out", "addmm.out", "bmm.out", "add.out", "mul.out", "_softmax.out",
                "_softmax_backward_data.out", "embedding_dense_backward", "lerp.Scalar_out",
-               "addcmul.out", "addcdiv.out", "sqrt.out"):  # fmt: skip
+               "addcmul.out", "addcdiv.out", "sqrt.out", "native_layer_norm",
+               "native_layer_norm_backward", "gelu.out", "gelu_backward.grad_input"):  # fmt: skip
         assert kernels[1][op] > 0, op
-    # what falls back in each step (torch 2.13): LayerNorm (its composite forward calls
-    # native_batch_norm), GELU, the causal mask of SDPA's math path, and the loss
+    # what falls back in each step (torch 2.13): the causal mask of SDPA's math path, the loss
     assert fallbacks[1] == {
-        "native_batch_norm": 5, "native_layer_norm_backward": 5, "gelu.out": 2,
-        "gelu_backward.grad_input": 2, "tril.out": 2, "isneginf.out": 2, "all.out": 2,
+        "tril.out": 2, "isneginf.out": 2, "all.out": 2,
         "nll_loss_forward.output": 1, "nll_loss_backward.grad_input": 1,
     }  # fmt: skip
-    assert sum(kernels[1].values()) == 404
+    assert sum(kernels[1].values()) == 413
     assert not set(kernels[1]) & set(fallbacks[1])
-    assert got["ops"]["view"] == "metadata" and got["ops"]["gelu.out"] == "fallback"
+    assert got["ops"]["view"] == "metadata" and got["ops"]["tril.out"] == "fallback"
+    assert got["ops"]["mm.out"] == "kernel"
     # what the steps allocated went back to the allocator: the model's parameters and their
     # gradients are all that is left once the optimizer is gone (a block per tensor)
     assert got["live"] == 2 * got["nparams"] == 72
@@ -121,9 +121,9 @@ def test_an_op_without_a_kernel_falls_back_counted_and_gives_torchs_value():
         a, b, c = torch.randn(3, 4), torch.randn(3, 4), torch.randn(4)
         da, db, dc = a.to("retorch"), b.to("retorch"), c.to("retorch")
         dev.reset_counts()
-        gelu = torch.nn.functional.gelu(da, approximate="tanh")
+        gelu = torch.nn.functional.gelu(da)  # erf's GELU: the kernel has tanh's only
         out = {"fb1": dict(dev.fallbacks), "k1": dict(dev.calls), "gelu_dev": str(gelu.device),
-               "gelu": torch.equal(gelu.cpu(), torch.nn.functional.gelu(a, approximate="tanh"))}
+               "gelu": torch.equal(gelu.cpu(), torch.nn.functional.gelu(a))}
         da.clamp_(-0.5, 0.5)  # in place, no kernel: the CPU result is copied back
         a.clamp_(-0.5, 0.5)
         s = (da * db).abs().exp()
@@ -251,7 +251,8 @@ def test_composed_kernels_equal_torchs_within_a_rounding():
     N(0, 1) inputs. Measured: embedding's backward exact (rows added in the same order);
     softmax's backward 3e-8, log_softmax's 1.2e-7; AdamW's ``addcmul`` 3e-8, ``lerp`` 2.4e-7
     (torch's vectorized loop fuses a multiply-add), ``sqrt`` (``pow(x, 0.5)``) 1 ulp in 4 of
-    1000; the bound below is 4 float32 ulps of 1 (4.8e-7)."""
+    1000; GELU (tanh) 1.2e-7, LayerNorm 6e-7: the bound below is 4 float32 ulps of 1 (4.8e-7).
+    LayerNorm's gradients, sums over 20 rows of values up to ~10: 1.9e-6, bound 4e-6."""
     got = run("""
         import torch.nn.functional as F
         dev = pd.install()
@@ -269,21 +270,28 @@ def test_composed_kernels_equal_torchs_within_a_rounding():
                     "embedding_pad": torch.autograd.grad(F.embedding(idx, w, padding_idx=3),
                                                          w, gy)[0]}
 
+        def norm(x, w, b, gy):
+            x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
+            y1, y2 = F.gelu(x, approximate="tanh"), F.layer_norm(x, (32,), w, b)
+            gx, gw, gb = torch.autograd.grad([y1, y2], [x, w, b], [gy, gy])
+            return {"gelu": y1, "layer_norm": y2, "norm_dx": gx, "norm_dw": gw, "norm_db": gb}
+
         def adam(a, b, c):
             return {"sqrt": c.abs().sqrt(), "addcmul": a.addcmul(b, c, value=0.001),
                     "addcdiv": a.addcdiv(b, c.abs() + 0.1, value=-0.01),
                     "lerp": a.lerp(b, 0.1), "lerp_high": a.lerp(b, 0.999)}
 
         d = lambda *ts: [t.to("retorch") for t in ts]
-        want = {**grads(x, w, idx, gy), **adam(a, b, c)}
+        n4 = [torch.randn(*s, generator=g) for s in ((4, 5, 32), (32,), (32,), (4, 5, 32))]
+        want = {**grads(x, w, idx, gy), **adam(a, b, c), **norm(*n4)}
         dev.reset_counts()
-        got = {**grads(*d(x, w, idx, gy)), **adam(*d(a, b, c))}
+        got = {**grads(*d(x, w, idx, gy)), **adam(*d(a, b, c)), **norm(*d(*n4))}
         print(json.dumps({"err": {k: (got[k].cpu() - want[k]).abs().max().item() for k in want},
                           "fallbacks": dict(dev.fallbacks)}))
     """)
     assert got["err"]["embedding"] == 0 and got["err"]["embedding_pad"] == 0
     for name, err in got["err"].items():
-        assert err <= 4 * 1.1920928955078125e-07, name
+        assert err <= (4e-6 if name.startswith("norm_") else 4 * 1.1920928955078125e-07), name
     assert set(got["fallbacks"]) <= {"abs.out"}  # abs has no kernel; the rest ran ours
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import math
 import time
 
 import numpy as np
@@ -367,6 +368,11 @@ def _metadata_kernels(device: RetorchDevice) -> dict:
 # compute kernels: chapter 4's ops
 
 
+class NoKernel(Exception):
+    """Raised by a kernel for a variant chapter 4 cannot compute (e.g. GELU with ``erf``):
+    the call goes to the counted CPU fallback instead."""
+
+
 def _rt_dtype(dtype):
     return None if dtype is None else _DTYPES[dtype]
 
@@ -397,6 +403,9 @@ OUT_KERNELS = {
     "_log_softmax_backward_data.out": lambda g, y, dim, input_dtype: rt.sub(
         g, rt.mul(rt.exp(y), rt.sum(g, dim, keepdim=True))
     ),
+    # GELU (tanh approximation) and its backward, GeluKernel.cpp's formulas
+    "gelu.out": lambda a, approximate="none": _gelu(a, approximate),
+    "gelu_backward.grad_input": lambda g, a, approximate="none": _gelu_backward(g, a, approximate),
     # torch.optim.AdamW's update, composed of chapter 4's ops in the order of torch's CPU
     # kernels (``PointwiseOpsKernel.cpp``, ``LerpKernel.cpp``); torch's vectorized loops may
     # fuse a multiply-add (one rounding) where these round twice
@@ -416,7 +425,72 @@ FUNCTIONAL_KERNELS = {
     "embedding_dense_backward": lambda g, index, num_weights, padding_idx, by_freq: (
         _embedding_dense_backward(g, index, num_weights, padding_idx, by_freq)
     ),
+    "native_layer_norm": lambda x, shape, weight, bias, eps: _layer_norm(
+        x, shape, weight, bias, eps
+    ),
+    "native_layer_norm_backward": lambda *args: _layer_norm_backward(*args),
 }
+
+_K_BETA = 2**0.5 * (2 / math.pi**0.5) * 0.5  # M_SQRT2 * M_2_SQRTPI * 0.5
+_K_KAPPA = 0.044715
+
+
+def _gelu(x, approximate):
+    """``GeluKernel.cpp``, ``approximate="tanh"``: ``0.5 x (1 + tanh(kBeta (x + kKappa x^3)))``
+    (the exact GELU needs ``erf``, which chapter 4 lacks)."""
+    if approximate != "tanh":
+        raise NoKernel
+    inner = rt.mul(rt.add(x, rt.mul(rt.mul(rt.mul(x, x), x), _K_KAPPA)), _K_BETA)
+    return rt.mul(rt.mul(x, 0.5), rt.add(rt.tanh(inner), 1))
+
+
+def _gelu_backward(dy, x, approximate):
+    if approximate != "tanh":
+        raise NoKernel
+    x_sq = rt.mul(x, x)
+    inner = rt.mul(rt.add(x, rt.mul(rt.mul(x_sq, x), _K_KAPPA)), _K_BETA)
+    t = rt.tanh(inner)
+    left_derivative = rt.mul(rt.add(t, 1), 0.5)
+    inner_derivative = rt.mul(rt.add(rt.mul(x_sq, 3 * _K_KAPPA), 1), _K_BETA)
+    right_derivative = rt.mul(rt.mul(rt.mul(x, 0.5), rt.sub(1, rt.mul(t, t))), inner_derivative)
+    return rt.mul(dy, rt.add(left_derivative, right_derivative))
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    """``native_layer_norm``: the output, and the mean and 1/std of each row (biased variance,
+    as ``LayerNormKernel.cpp``), kept with the normalized dims as 1s, as torch's CPU kernel."""
+    dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+    mean = rt.mean(x, dims, keepdim=True)
+    centered = rt.sub(x, mean)
+    var = rt.mean(rt.mul(centered, centered), dims, keepdim=True)
+    rstd = rt.reciprocal(rt.pow(rt.add(var, eps), 0.5))
+    y = rt.mul(centered, rstd)
+    if weight is not None:
+        y = rt.mul(y, weight)
+    if bias is not None:
+        y = rt.add(y, bias)
+    return y, mean, rstd
+
+
+def _layer_norm_backward(dy, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """``native_layer_norm_backward``: ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with
+    ``g = dy * weight``; ``dweight = sum(dy xhat)``, ``dbias = sum(dy)`` over the rows."""
+    axis = x.dim() - len(normalized_shape)
+    dims, rows = tuple(range(axis, x.dim())), tuple(range(axis))
+    xhat = rt.mul(rt.sub(x, mean), rstd)
+    dx = dw = db = None
+    if output_mask[0]:
+        g = dy if weight is None else rt.mul(dy, weight)
+        mean_g = rt.mean(g, dims, keepdim=True)
+        mean_gx = rt.mean(rt.mul(g, xhat), dims, keepdim=True)
+        dx = rt.mul(rt.sub(rt.sub(g, mean_g), rt.mul(xhat, mean_gx)), rstd)
+    if not rows:
+        raise NoKernel  # one row: nothing to sum over
+    if output_mask[1] and weight is not None:
+        dw = rt.sum(rt.mul(dy, xhat), rows)
+    if output_mask[2] and bias is not None:
+        db = rt.sum(dy, rows)
+    return dx, dw, db
 
 
 def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
@@ -424,7 +498,7 @@ def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_gra
     the row of the weight its index names, in order (``index_add_``); the padding row gets
     nothing."""
     if scale_grad_by_freq:
-        raise NotImplementedError("embedding_dense_backward: scale_grad_by_freq has no kernel")
+        raise NoKernel
     c = grad.shape[-1]
     out = rt.zeros(num_weights, c, dtype=grad.dtype)
     rt.index_add_(out, 0, indices.reshape(-1), grad.reshape(-1, c))
@@ -464,27 +538,49 @@ def _tensors(args):
             yield from _tensors(a)
 
 
+def _overload(op: str):
+    name, _, overload = op.partition(".")
+    return getattr(torch.ops.aten, name).__getattr__(overload or "default")
+
+
 def _compute_kernels(device: RetorchDevice) -> dict:
-    """aten op -> a kernel that runs ``retorch.tensor`` on views of the device's bytes."""
+    """aten op -> a kernel that runs ``retorch.tensor`` on views of the device's bytes. A
+    variant chapter 4 lacks (:class:`NoKernel`) goes to the counted fallback instead."""
+
+    def fallback(op, args, kwargs):
+        device.calls[op] -= 1
+        if not device.calls[op]:
+            del device.calls[op]
+        return device.cpu_fallback(_overload(op), *args, **kwargs)
+
+    def on_device(value):
+        if isinstance(value, tuple):
+            return tuple(None if v is None else device.to_device(v) for v in value)
+        return device.to_device(value)
 
     def functional(op, fn):
         def kernel(*args, **kwargs):
             device.calls[op] += 1
             check_same_device(*args)
-            return device.to_device(fn(*map(as_retorch, args), **kwargs))
+            try:
+                return on_device(fn(*map(as_retorch, args), **kwargs))
+            except NoKernel:
+                return fallback(op, args, kwargs)
 
         return kernel
 
     def out_variant(op, fn):
-        name, overload = op.split(".")
-        schema = getattr(torch.ops.aten, name).__getattr__(overload)._schema
-        (out_name,) = [a.name for a in schema.arguments if a.is_out]  # out, grad_input...
+        (out_name,) = [a.name for a in _overload(op)._schema.arguments if a.is_out]
 
         def kernel(*args, **kwargs):
-            out = kwargs.pop(out_name)
+            out = kwargs[out_name]
             device.calls[op] += 1
             check_same_device(out, *args)
-            value = fn(*map(as_retorch, args), **kwargs)
+            try:
+                value = fn(*map(as_retorch, args), **{k: v for k, v in kwargs.items()
+                                                      if k != out_name})  # fmt: skip
+            except NoKernel:
+                return fallback(op, args, kwargs)
             if tuple(out.shape) != tuple(value.shape):
                 out.resize_(value.shape)  # at::native::resize_output
             rt.copy_(as_retorch(out), value)
