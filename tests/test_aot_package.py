@@ -172,26 +172,10 @@ def gpt_package(tmp_path_factory):
     return model, idx, path, folder / "numba_cache"
 
 
-CHILD = textwrap.dedent("""
-    import sys
-    import torch
-    from retorch.inductor.package import aoti_load_package
-
-    model = aoti_load_package(sys.argv[1], cache_dir=sys.argv[2])
-    torch.save(model(torch.load(sys.argv[3])), sys.argv[4])
-    print(" ".join(sorted(m for m in sys.modules if m.startswith("retorch"))))
-""")
-
-
 def _run_child(path, cache, idx, folder):
-    torch.save(idx, folder / "idx.pt")
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), str(cache), str(folder / "idx.pt"),
-         str(folder / "out.pt")],
-        capture_output=True, text=True, cwd=folder, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return torch.load(folder / "out.pt"), proc.stdout.split()
+    from retorch.models.deploy import run_fresh  # (the chapter's helper: this tests it too)
+
+    return run_fresh("retorch", path, idx, folder, cache_dir=cache)
 
 
 @pytest.mark.slow
