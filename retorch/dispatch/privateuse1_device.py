@@ -403,6 +403,11 @@ OUT_KERNELS = {
     "_log_softmax_backward_data.out": lambda g, y, dim, input_dtype: rt.sub(
         g, rt.mul(rt.exp(y), rt.sum(g, dim, keepdim=True))
     ),
+    # the causal mask of SDPA's math path (``attention.cpp``: ``ones(L, S).tril()``) and its
+    # check for rows with every score -inf (``isneginf``, ``all``)
+    "tril.out": lambda a, diagonal=0: _tril(a, diagonal),
+    "isneginf.out": lambda a: rt.eq(a, -math.inf),
+    "all.out": lambda a, dim, keepdim=False: rt.eq(rt.sum(rt.eq(a, 0), dim, keepdim), 0),
     # GELU (tanh approximation) and its backward, GeluKernel.cpp's formulas
     "gelu.out": lambda a, approximate="none": _gelu(a, approximate),
     "gelu_backward.grad_input": lambda g, a, approximate="none": _gelu_backward(g, a, approximate),
@@ -429,7 +434,45 @@ FUNCTIONAL_KERNELS = {
         x, shape, weight, bias, eps
     ),
     "native_layer_norm_backward": lambda *args: _layer_norm_backward(*args),
+    "nll_loss_forward": lambda *args: _nll_loss_forward(*args),
+    "nll_loss_backward": lambda *args: _nll_loss_backward(*args),
 }
+
+
+def _tril(a, diagonal):
+    """``a`` where ``column - row <= diagonal``, else 0 (``TriangularOps.cpp``)."""
+    rows, cols = a.shape[-2:]
+    keep = rt.le(rt.sub(rt.arange(cols).reshape(1, cols), rt.arange(rows).reshape(rows, 1)),
+                 diagonal)  # fmt: skip
+    return rt.where(keep, a, rt.zeros((), dtype=a.dtype))
+
+
+_MEAN, _SUM = 1, 2  # at::Reduction::Mean, Sum
+
+
+def _nll_checks(target, weight, reduction, ignore_index):
+    if weight is not None or reduction not in (_MEAN, _SUM) or target.dim() != 1:
+        raise NoKernel  # class weights, reduction="none", or a (N, d...) target
+    if rt.any(rt.eq(target, ignore_index)).item():
+        raise NoKernel  # ignored targets
+
+
+def _nll_loss_forward(log_probs, target, weight, reduction, ignore_index):
+    """``nll_loss_forward`` for (N, C) inputs, no class weights: the loss, and the total weight
+    (here the number of targets) that its backward divides by."""
+    _nll_checks(target, weight, reduction, ignore_index)
+    loss = rt.nll_loss(log_probs, target, "mean" if reduction == _MEAN else "sum")
+    return loss, rt.full((), float(target.shape[0]), dtype=log_probs.dtype)
+
+
+def _nll_loss_backward(grad, log_probs, target, weight, reduction, ignore_index, total_weight):
+    """``-grad / total_weight`` (``-grad`` for a sum) at each row's target, 0 elsewhere."""
+    _nll_checks(target, weight, reduction, ignore_index)
+    g = rt.neg(grad if reduction == _SUM else rt.div(grad, total_weight))
+    out = rt.zeros(*log_probs.shape, dtype=log_probs.dtype)
+    rows = log_probs.shape[0]
+    return rt.scatter_(out, 1, target.reshape(rows, 1), rt.expand(g.reshape(1, 1), rows, 1))
+
 
 _K_BETA = 2**0.5 * (2 / math.pi**0.5) * 0.5  # M_SQRT2 * M_2_SQRTPI * 0.5
 _K_KAPPA = 0.044715
