@@ -337,3 +337,17 @@ def test_with_no_kernels_every_op_falls_back_and_the_gpt_still_trains():
     for op in ("mm.out", "addmm.out", "bmm.out", "lerp.Scalar_out", "embedding_dense_backward",
                "index_select", "gelu.out", "native_layer_norm_backward"):  # fmt: skip
         assert fallbacks[op] > 0, op
+
+
+@slow
+def test_installs_after_torch_registered_privateuse1_kernels_of_its_own():
+    """Importing torch.distributed.fsdp (torch.compile and export may) registers PrivateUse1
+    kernels for fsdp:: ops; only aten ops mean chapter 5's backend holds the key."""
+    got = run("""
+        import torch.distributed.fsdp
+        theirs = [k for k in torch.library._impls if k.startswith("fsdp/")]
+        dev = pd.install()
+        x = torch.ones(3).to("retorch")
+        print(json.dumps({"theirs": len(theirs), "sum": float((x + x).sum().cpu())}))
+    """)
+    assert got["theirs"] > 0 and got["sum"] == 6.0

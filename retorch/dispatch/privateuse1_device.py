@@ -253,7 +253,10 @@ class RetorchDevice:
     def install(self) -> RetorchDevice:
         """Register the kernels and the fallback for PrivateUse1 (named ``"retorch"``)."""
         setup_torch_backend(NAME)
-        taken = sorted(k for k in torch.library._impls if k.endswith("/PrivateUse1"))
+        # (aten's only: torch's own Python libraries register PrivateUse1 kernels for their
+        # ops once imported, e.g. torch.distributed.fsdp's fsdp::chunk_cat)
+        taken = sorted(k for k in torch.library._impls
+                       if k.startswith("aten/") and k.endswith("/PrivateUse1"))  # fmt: skip
         if taken:
             raise RuntimeError(
                 f"PrivateUse1 already has Python kernels ({', '.join(taken[:3])}...): another "
