@@ -18,7 +18,7 @@ import time
 
 import torch
 
-BATCH, STEPS = 64, 5
+BATCH, STEPS = 64, 30
 
 
 def _batch():
@@ -27,16 +27,19 @@ def _batch():
     return compare.sort_batches(1, BATCH, seed=0)[0]
 
 
-def _timed_steps(step, repeats: int) -> float:
-    """Median seconds of ``step()`` over ``repeats`` calls, after 2 warm-up calls."""
-    step()
-    step()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def _timed_steps(steps: dict, repeats: int) -> dict:
+    """Median seconds of each ``step()`` over ``repeats`` calls, after 2 warm-up calls each;
+    the calls interleaved, so that a drift of the machine hits every implementation."""
+    for step in steps.values():
         step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        step()
+    times: dict = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _torch_step(model, x, y):
@@ -103,13 +106,14 @@ def run(quick: bool = False) -> dict:
     steps["retorch stack, math attention"] = _retorch_step("math")
     steps["retorch stack, fused attention"] = _retorch_step("fused")
     steps["torch on the retorch device"] = _device_step()
+    seconds = _timed_steps(steps, repeats)
     rows = [
         {
             "case": f"training step, batch {BATCH} x {x.shape[1]} tokens",
             "impl": name,
-            "value": tokens / _timed_steps(step, repeats),
+            "value": tokens / seconds[name],
         }
-        for name, step in steps.items()
+        for name in steps
     ]
     return {
         "name": "capstone",
