@@ -10,7 +10,8 @@ gradient,
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ = dS K s,   dK = dS^T Q s
 
 where ``rowsum(dO * O)`` equals ``rowsum(dP * P)``. ``retorch.tensor.attention_kernels`` has
-the fused versions (one Numba CPU loop or one Numba-CUDA kernel per (batch, head, row));
+the fused versions (torch's CPU flash attention in Numba, tasks of (batch x head, block of query
+rows); in Numba-CUDA, a block per (batch x head, query row), two kernels for the backward);
 ``BACKEND`` says which one runs.
 """
 
