@@ -176,3 +176,47 @@ def float_gap(steps: int = 10, size: int = 16) -> dict:
             np.abs(np.array(got["torch"]) - np.array(got["retorch"])).max()
         )
     return out
+
+
+def ddp_ranks(rank: int, world: int, steps: int, size: int = 32) -> dict:
+    """One rank of data-parallel training (``retorch.distributed.launch`` runs ``world`` of
+    them on gloo): the GPT of :func:`sort_models` (same weights on every rank), wrapped in
+    chapter 7's ``retorch.nn.parallel.DistributedDataParallel`` with chapter 2's AdamW, and its
+    ``torch.nn`` twin in torch's DDP with torch's AdamW; each rank trains on its share of
+    every batch of :func:`sort_batches` (``size`` sequences: rank ``r`` takes the ``r``-th
+    slice). Returns each rank's losses and both models' final parameters."""
+    import retorch.optim
+    from retorch.nn.parallel import DistributedDataParallel as DDP
+
+    ours, _ = sort_models()
+    torch.manual_seed(0)
+    twin = build_gpt(SORT_CONFIG, torch.nn)
+    twin.load_state_dict(ours.state_dict())
+    models = {
+        "retorch": (DDP(ours), retorch.optim),
+        "torch": (torch.nn.parallel.DistributedDataParallel(twin), torch.optim),
+    }
+    share = size // world
+    batches = [(x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share])
+               for x, y in sort_batches(steps, size)]  # fmt: skip
+    out = {}
+    for name, (model, optim) in models.items():
+        opt, sched = make_optimizer(optim, list(model.parameters()), 3e-3, 2, steps)
+        losses = train(model, opt, sched, batches, sort_step_loss)
+        params = {k: v.detach().clone() for k, v in model.module.named_parameters()}
+        out[name] = {"losses": losses, "params": params}
+    return out
+
+
+def one_process(steps: int, size: int = 32) -> dict:
+    """The same training as :func:`ddp_ranks` in one process on whole batches (chapter 2's
+    AdamW): losses and final parameters."""
+    import retorch.optim
+
+    model, _ = sort_models()
+    opt, sched = make_optimizer(retorch.optim, list(model.parameters()), 3e-3, 2, steps)
+    losses = train(model, opt, sched, sort_batches(steps, size), sort_step_loss)
+    return {
+        "losses": losses,
+        "params": {k: v.detach().clone() for k, v in model.named_parameters()},
+    }

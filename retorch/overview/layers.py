@@ -115,9 +115,15 @@ COURSE_MAP = [
     ("7 Distributed", "collectives, DDP, FSDP", "retorch.distributed", "torch/distributed/"),
     (
         "8 Runtime",
-        "half precision, autocast (begun)",
-        "retorch.tensor.half, retorch.dispatch",
-        "c10/util/Half.h, torch/amp/",
+        "half precision, autocast, profiler, streams, CUDA graphs",
+        "retorch.tensor.half, retorch.amp, retorch.profiler, retorch.cuda_streams",
+        "c10/util/Half.h, torch/amp/, torch/profiler/, torch/cuda/streams.py",
+    ),
+    (
+        "9 Capstone",
+        "the whole stack: a Transformer, a device, deployment",
+        "retorch.models",
+        "torch/nn/functional.py, torch/_inductor/package/package.py",
     ),
 ]
 
