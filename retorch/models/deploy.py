@@ -13,6 +13,7 @@ run by a fresh process that has none of the model's Python code, beside torch's 
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -52,10 +53,18 @@ def retorch_package(model, example: torch.Tensor, path) -> str:
 
 def torch_package(model, example: torch.Tensor, path) -> str:
     """Export ``model`` with torch.export and package it with torch's AOTInductor."""
-    with warnings.catch_warnings():  # torch 2.13's export warns about its own pytree use
-        warnings.filterwarnings("ignore", ".*LeafSpec.*is deprecated", FutureWarning)
-        ep = torch.export.export(model, (example,))
-        return torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
+    # torch 2.13's export warns about its own pytree use, and a cold AOTInductor compile logs
+    # one warning per `view` it hands to its proxy executor (with a time and a process id)
+    quiet = logging.getLogger("torch._inductor.ir")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", ".*LeafSpec.*is deprecated", FutureWarning)
+            ep = torch.export.export(model, (example,))
+            return torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
+    finally:
+        quiet.setLevel(level)
 
 
 def run_fresh(library: str, package, inputs: torch.Tensor, folder, cache_dir=None, env=None):
