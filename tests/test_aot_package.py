@@ -241,10 +241,10 @@ def test_torchs_aoti_package_of_the_same_model_agrees(gpt_package, tmp_path):
     torch's cache), loaded in a fresh process with AOTI_RUNTIME_CHECK_INPUTS=1: its logits
     equal ours within 1e-6 (measured 8.9e-8), and it raises the messages our package raises
     on misuse; retorch's loader refuses torch's package, naming what it lacks."""
+    from retorch.models.deploy import torch_package  # (the chapter's helper: tested here)
+
     model, idx, path, cache = gpt_package
-    torch_path = torch._inductor.aoti_compile_and_package(
-        torch.export.export(model, (idx,)), package_path=str(tmp_path / "torch_gpt.pt2")
-    )
+    torch_path = torch_package(model, idx, tmp_path / "torch_gpt.pt2")
     torch.save(idx, tmp_path / "idx.pt")
     proc = subprocess.run(
         [sys.executable, "-c", TORCH_CHILD, torch_path, str(tmp_path / "idx.pt"),
@@ -265,3 +265,15 @@ def test_torchs_aoti_package_of_the_same_model_agrees(gpt_package, tmp_path):
     assert proc.stdout.split("\n")[:4] == expected
     with pytest.raises(RuntimeError, match="no model metadata"):
         load_package(torch_path, cache_dir=False)  # torch's package is not ours to run
+
+
+@pytest.mark.slow  # (13 s: a fresh process imports torch and exports before gcc is looked for)
+def test_a_failed_torch_compile_names_torchs_own_report(tmp_path, monkeypatch):
+    """The chapter's ``torch_package`` compiles in a fresh process; when that compile fails
+    (here: no C++ compiler where Inductor looks, ``CXX``), the caller gets torch's report,
+    not a bare exit status."""
+    from retorch.models.deploy import torch_package
+
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(RuntimeError, match="(?s)AOTInductor compile failed.*no-such-compiler"):
+        torch_package(MLP().eval(), torch.randn(2, 8), tmp_path / "mlp.pt2")

@@ -102,6 +102,23 @@ def test_a_reviewed_change_counts_until_the_file_changes_again(tmp_path, monkeyp
         bench.review(stored, ["retorch/other.py"], "never measured")
 
 
+def test_a_review_re_executes_every_page_that_prints_it():
+    """The reviews are printed by ``bench_summary``: the pages that call it for a result, and
+    the benchmarks page, must be re-executed after ``--review`` (session 40 reviewed a result
+    and left the benchmarks page's stored output without the review: CI's nbval failed)."""
+    printing = {
+        md.stem for md in (ROOT / "notebooks").glob("*.md") if "bench_summary(" in md.read_text()
+    }
+    for result in RESULTS:
+        pages = {p.stem for p in bench.pages_printing_reviews(result.stem)}
+        assert "benchmarks" in pages and pages <= printing | {"benchmarks"}
+    assert {p.stem for p in bench.pages_printing_reviews("parallel")} == {
+        "benchmarks",
+        "07_distributed",
+    }
+    assert all(p.is_file() for p in bench.pages_printing_reviews("inductor"))
+
+
 def test_loaded_sources_names_the_benchmark_and_the_code_it_imports():
     importlib.import_module("bench.bench_overview")
     sources = bench.loaded_sources()

@@ -211,6 +211,18 @@ def review(path: Path, files: list[str], why: str) -> dict:
     return result
 
 
+def pages_printing_reviews(name: str) -> list[Path]:
+    """The notebooks whose stored outputs print the reviews of result ``name`` (``bench_summary``
+    prints them): the benchmarks page, which summarises every result, and each chapter that
+    calls ``bench_summary("<name>")``. A review changes their outputs, so ``--review``
+    re-executes them (nbval would otherwise fail on the stored page)."""
+    pages = [ROOT / "notebooks" / "benchmarks.ipynb"]
+    for md in sorted((ROOT / "notebooks").glob("*.md")):
+        if md.stem != "benchmarks" and f'bench_summary("{name}"' in md.read_text():
+            pages.append(md.with_suffix(".ipynb"))
+    return pages
+
+
 def storable(result: dict) -> str | None:
     """Why ``result`` must not be stored (``None`` when it may): it was measured from a dirty
     tree, or its direction cannot be told."""
@@ -302,6 +314,11 @@ def main() -> int:
         "needs --why",
     )
     parser.add_argument("--why", help="the reason recorded by --review")
+    parser.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="--review without re-executing the pages that print the review",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one benchmark, this process
     parser.add_argument("--to", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -309,7 +326,13 @@ def main() -> int:
         if len(args.review) < 2 or not args.why:
             parser.error("--review RESULT FILE [FILE ...] --why REASON")
         review(Path(args.review[0]), args.review[1:], args.why)
-        return 0
+        pages = pages_printing_reviews(Path(args.review[0]).stem)
+        if args.no_execute:
+            print("the review is printed by", " ".join(map(str, pages)), "- re-execute them")
+            return 0
+        return subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "execute.py"), *map(str, pages)]
+        ).returncode
     if args.one:
         Path(args.to).write_text(json.dumps(run_one(args.one, args.quick, args.gpu)))
         return 0

@@ -5,7 +5,8 @@ run by a fresh process that has none of the model's Python code, beside torch's 
   ``retorch.inductor.package.aoti_compile_and_package`` (Numba kernels and weights in a .pt2
   zip laid out as torch's);
 - :func:`torch_package`: ``torch.export.export`` then ``torch._inductor.aoti_compile_and_package``
-  (torch's generated C++, compiled by the system's C++ compiler into a shared library);
+  (torch's generated C++, compiled by the system's C++ compiler into a shared library), the
+  compile in a fresh process with a cache of its own;
 - :func:`run_fresh`: load a package in a new Python process (``aoti_load_package`` of the
   library that made it) and run it on saved inputs; returns the outputs and the ``retorch``
   modules that process imported, to show that ``retorch.models`` was never among them.
@@ -13,8 +14,8 @@ run by a fresh process that has none of the model's Python code, beside torch's 
 
 from __future__ import annotations
 
-import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -51,20 +52,40 @@ def retorch_package(model, example: torch.Tensor, path) -> str:
     return aoti_compile_and_package(ep, package_path=str(path))
 
 
+_TORCH_COMPILE = """
+    import logging
+    import sys
+    import torch
+    # a cold AOTInductor compile logs one warning per `view` it hands to its proxy executor
+    logging.getLogger("torch._inductor.ir").setLevel(logging.ERROR)
+    ep = torch.export.load(sys.argv[1])
+    print(torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[2]))
+"""
+
+
 def torch_package(model, example: torch.Tensor, path) -> str:
-    """Export ``model`` with torch.export and package it with torch's AOTInductor."""
-    # torch 2.13's export warns about its own pytree use, and a cold AOTInductor compile logs
-    # one warning per `view` it hands to its proxy executor (with a time and a process id)
-    quiet = logging.getLogger("torch._inductor.ir")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", ".*LeafSpec.*is deprecated", FutureWarning)
-            ep = torch.export.export(model, (example,))
-            return torch._inductor.aoti_compile_and_package(ep, package_path=str(path))
-    finally:
-        quiet.setLevel(level)
+    """Export ``model`` with torch.export, then package it with torch's AOTInductor in a new
+    process with an Inductor cache of its own (next to ``path``, emptied first) and one compile
+    thread: the compile depends on neither the caller's state nor an older cache. A failed
+    compile raises ``RuntimeError`` with the end of torch's own report."""
+    path = Path(path)
+    work = path.with_name(path.stem + "_build")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    with warnings.catch_warnings():  # torch 2.13's export warns about its own pytree use
+        warnings.filterwarnings("ignore", ".*LeafSpec.*is deprecated", FutureWarning)
+        torch.export.save(torch.export.export(model, (example,)), work / "exported.pt2")
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_TORCH_COMPILE), str(work / "exported.pt2"),
+         str(path)],
+        capture_output=True, text=True, cwd=work, timeout=1800,
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor_cache"),
+             "TORCHINDUCTOR_COMPILE_THREADS": "1"},
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"torch's AOTInductor compile failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout.split()[-1]
 
 
 def run_fresh(library: str, package, inputs: torch.Tensor, folder, cache_dir=None, env=None):
