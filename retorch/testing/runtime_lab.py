@@ -15,10 +15,16 @@ exercise 3) on the same inputs, and compares:
    the last-recorded stream finishes first, and where an unrelated stream finishes);
 4. ``unscale_and_check``: torch's ``_amp_foreach_non_finite_check_and_unscale_`` on float16
    gradients (every finite float16 value among them, so that a product rounded once and one
-   rounded twice part), element by element, the flag and its type, the arrays kept in place.
+   rounded twice part), element by element, the flag and its type, the arrays kept in place;
+5. ``aggregate_ranges``: the profiler's ``key_averages()`` (count, CPU total, self CPU per
+   name, ``torch/autograd/profiler_util.py``) over recorded ranges given as (name, start, end,
+   parent index): hand-made recordings, then the ranges ``torch.profiler`` records over one
+   training step (against torch's ``key_averages``) and those ``retorch.profiler`` records over
+   the same step (against retorch's); names and counts exactly, times within 1e-6 µs.
 
 Exercise 2's student function runs with retorch's own converters and torch's tensor
 constructors switched off (``converters_off``): it must do the rounding itself.
+Exercise 5's runs with both profilers' aggregation switched off (``aggregation_off``).
 """
 
 from __future__ import annotations
@@ -287,3 +293,154 @@ def check_unscale_and_check(cmp, unscale_and_check):
                     f"{what}: gradient {k} after unscaling, (first index that differs, value)",
                     UNSCALE_HINT,
                 )
+
+
+# ---- exercise 5 -------------------------------------------------------------------------------
+AGGREGATE_HINT = (
+    "one row per event name: count = how many ranges have that name (nested ones included), "
+    "CPU total = the sum of their end - start, self CPU = the sum over those ranges of their "
+    "end - start minus the end - start of their direct children (the events whose parent is "
+    "that range's index), not of all descendants, and not minus the children's self times; "
+    "every range counts, also those with a self time of 0"
+)
+
+#: Hand-made recordings (name, start µs, end µs, parent index): the shapes where the usual
+#: mistakes show (a range nested in one of its own name, three levels, a zero-length range, a
+#: child covering its parent, two names that differ only in their namespace).
+AGGREGATE_CASES = [
+    ("one op", [("aten::add", 0.0, 3.0, None)]),
+    ("an op calling another, twice",
+     [("aten::linear", 0.0, 10.0, None), ("aten::addmm", 2.0, 9.0, 0),
+      ("aten::linear", 11.0, 15.0, None), ("aten::addmm", 11.5, 14.0, 2)]),
+    ("three levels, and a range nested in one of its own name",
+     [("aten::to", 0.0, 20.0, None), ("aten::_to_copy", 1.0, 18.0, 0),
+      ("aten::to", 2.0, 12.0, 1), ("aten::copy_", 3.0, 7.0, 2), ("aten::empty", 13.0, 14.0, 1)]),
+    ("a zero-length range, and a child covering its parent",
+     [("aten::empty", 5.0, 5.0, None), ("aten::detach", 6.0, 9.0, None),
+      ("detach", 6.0, 9.0, 1), ("aten::empty", 9.5, 9.5, None)]),
+]  # fmt: skip
+
+
+def _torch_step_ranges():
+    """One training step (forward, loss, backward, SGD with momentum) of a small MLP under
+    ``torch.profiler.profile``: its ranges as (name, start, end, parent index) and torch's
+    ``key_averages()`` as {name: (count, CPU total, self CPU)}."""
+    import torch.nn.functional as F
+
+    from retorch.profiler.compare import quiet_stderr
+
+    gen = torch.Generator().manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(32, 8, generator=gen), torch.randint(0, 4, (32,), generator=gen)
+    for profiled in (False, True):  # the first step makes the momentum buffers
+        with quiet_stderr(), torch.profiler.profile(activities=[
+                torch.profiler.ProfilerActivity.CPU]) if profiled else contextlib.nullcontext() as p:  # fmt: skip
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    events = list(p.events())
+    index = {id(e): k for k, e in enumerate(events)}
+    ranges = [(e.name, e.time_range.start, e.time_range.end,
+               None if e.cpu_parent is None else index[id(e.cpu_parent)]) for e in events]  # fmt: skip
+    want = {a.key: (a.count, a.cpu_time_total, a.self_cpu_time_total) for a in p.key_averages()}
+    return ranges, want
+
+
+def _retorch_step_ranges():
+    """The same step of the model's retorch copy under ``retorch.profiler.profile``."""
+    import torch.nn.functional as F
+
+    import retorch.optim
+    import retorch.profiler as rp
+    from retorch.dispatch import Tensor, to_retorch
+
+    gen = torch.Generator().manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(32, 8, generator=gen), torch.randint(0, 4, (32,), generator=gen)
+
+    ours = to_retorch(model)
+    opt = retorch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    rx, ry = Tensor.from_numpy(x.numpy()), Tensor.from_numpy(y.numpy())
+    for profiled in (False, True):
+        with rp.profile() if profiled else contextlib.nullcontext() as p:
+            opt.zero_grad()
+            F.cross_entropy(ours(rx), ry).backward()
+            opt.step()
+    events = list(p.events())
+    index = {id(e): k for k, e in enumerate(events)}
+    ranges = [(e.name, e.start_us, e.end_us,
+               None if e.cpu_parent is None else index[id(e.cpu_parent)]) for e in events]  # fmt: skip
+    want = {a.key: (a.count, a.cpu_time_total, a.self_cpu_time_total) for a in p.key_averages()}
+    return ranges, want
+
+
+def _exact_averages(ranges):
+    """The averages of hand-made ranges, straight from the definitions (exact: small floats)."""
+    out: dict = {}
+    for k, (name, start, end, _) in enumerate(ranges):
+        children = sum(e - s for _, s, e, parent in ranges if parent == k)
+        count, total, self_ = out.get(name, (0, 0.0, 0.0))
+        out[name] = (count + 1, total + (end - start), self_ + ((end - start) - children))
+    return out
+
+
+def _aggregation_refused(*args, **kwargs):
+    raise RuntimeError(
+        "exercise 5 asks for the aggregation itself: while the check runs your function, "
+        "key_averages, FunctionEventAvg.add and self_cpu_time_total of torch's and retorch's "
+        "profilers raise"
+    )
+
+
+@contextlib.contextmanager
+def aggregation_off():
+    """torch's and retorch's ``EventList.key_averages``, ``FunctionEventAvg.add`` and
+    ``FunctionEvent.self_cpu_time_total`` raise inside the block."""
+    import torch.autograd.profiler_util as tpu
+
+    from retorch.profiler import profiler_util as rpu
+
+    refused = property(_aggregation_refused)
+    targets = [(m.EventList, "key_averages", _aggregation_refused) for m in (tpu, rpu)]
+    targets += [(m.FunctionEventAvg, "add", _aggregation_refused) for m in (tpu, rpu)]
+    targets += [(m.FunctionEvent, "self_cpu_time_total", refused) for m in (tpu, rpu)]
+    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in targets]
+    try:
+        for cls, name, new in targets:
+            setattr(cls, name, new)
+        yield
+    finally:
+        for cls, name, old in saved:
+            setattr(cls, name, old)
+
+
+#: µs; float sums in another order may differ by a few ulps of the totals (~1e-11 µs for a
+#: step's ~1e4 µs); two real ranges differ by at least Kineto's 1 ns (1e-3 µs)
+AGGREGATE_ATOL = 1e-6
+
+
+def check_aggregate_ranges(cmp, aggregate_ranges):
+    cases = [(what, ranges, _exact_averages(ranges), 0.0) for what, ranges in AGGREGATE_CASES]
+    ranges, want = _torch_step_ranges()
+    cases.append(("torch.profiler's events of one training step (torch's key_averages)",
+                  ranges, want, AGGREGATE_ATOL))  # fmt: skip
+    ranges, want = _retorch_step_ranges()
+    cases.append(("retorch.profiler's events of the same step (retorch's key_averages)",
+                  ranges, want, AGGREGATE_ATOL))  # fmt: skip
+    for what, ranges, want, atol in cases:
+        given = [tuple(r) for r in ranges]
+        with aggregation_off():
+            got = cmp.call(lambda: aggregate_ranges(given), f"aggregate_ranges on {what} ran",
+                           AGGREGATE_HINT)  # fmt: skip
+        cmp.equal(type(got).__name__, "dict", f"{what}: the type returned",
+                  "return a dict {name: (count, CPU total, self CPU)}")  # fmt: skip
+        cmp.equal(sorted(got), sorted(want), f"{what}: the names (keys)", AGGREGATE_HINT)
+        for name, (count, total, self_) in want.items():
+            row = got[name]
+            cmp.equal(int(row[0]), count, f"{what}: {name}'s count", AGGREGATE_HINT)
+            for k, (label, w) in enumerate((("CPU total", total), ("self CPU", self_)), 1):
+                g = float(row[k])
+                cmp.equal(abs(g - w) <= atol, True,
+                          f"{what}: {name}'s {label} {g!r} within {atol} µs of {w!r}",
+                          AGGREGATE_HINT)  # fmt: skip

@@ -40,6 +40,18 @@ for g in grads:
 return found_inf
 """
 
+_AGGREGATE = """\
+children = [0.0] * len(events)  # the durations of each range's direct children
+for name, start, end, parent in events:
+    if parent is not None:
+        children[parent] += end - start
+rows = {}
+for (name, start, end, parent), inside in zip(events, children):
+    count, total, self_cpu = rows.get(name, (0, 0.0, 0.0))
+    rows[name] = (count + 1, total + (end - start), self_cpu + ((end - start) - inside))
+return rows
+"""
+
 
 def _sub(source, old, new):
     assert old in source, old
@@ -242,6 +254,103 @@ return found_inf
                 "    if not np.isfinite(wide).all():\n        found_inf = 1.0",
                 "    found_inf = float(not np.isfinite(wide).all())",
             ),
+        ),
+    ],
+    "ex5_aggregate_ranges": [
+        (
+            "self time not subtracting the children (self = total)",
+            _sub(_AGGREGATE, "self_cpu + ((end - start) - inside)", "self_cpu + (end - start)"),
+        ),
+        (
+            "self time subtracting every descendant (nested ranges subtracted twice)",
+            _sub(
+                _AGGREGATE,
+                "        children[parent] += end - start\n",
+                "        up = parent\n"
+                "        while up is not None:  # the parent, its parent, ...\n"
+                "            children[up] += end - start\n"
+                "            up = events[up][3]\n",
+            ),
+        ),
+        (
+            "self time subtracting the children's self times, not their totals",
+            """\
+own = [end - start for name, start, end, parent in events]
+for k in range(len(events) - 1, -1, -1):  # a child comes after its parent: children first
+    parent = events[k][3]
+    if parent is not None:
+        own[parent] -= own[k]  # own[k] is k's self time by now, not its duration
+rows = {}
+for k, (name, start, end, parent) in enumerate(events):
+    count, total, self_cpu = rows.get(name, (0, 0.0, 0.0))
+    rows[name] = (count + 1, total + (end - start), self_cpu + own[k])
+return rows
+""",
+        ),
+        (
+            "keyed by the name without its namespace (aten::detach and detach merged)",
+            _sub(
+                _AGGREGATE,
+                "    count, total, self_cpu = rows.get(name, (0, 0.0, 0.0))\n    rows[name]",
+                "    name = name.split('::')[-1]\n"
+                "    count, total, self_cpu = rows.get(name, (0, 0.0, 0.0))\n    rows[name]",
+            ),
+        ),
+        (
+            "ranges with a self time of 0 dropped (a zero-length range, a covered parent)",
+            _sub(
+                _AGGREGATE,
+                "    count, total, self_cpu = rows.get(",
+                "    if (end - start) - inside == 0:\n        continue\n"
+                "    count, total, self_cpu = rows.get(",
+            ),
+        ),
+        (
+            "a range nested in one of its own name counted as part of that call",
+            _sub(
+                _AGGREGATE,
+                "    count, total, self_cpu = rows.get(",
+                "    up = parent\n"
+                "    while up is not None and events[up][0] != name:\n"
+                "        up = events[up][3]\n"
+                "    if up is not None:  # inside a call of the same op: not a call of its own\n"
+                "        continue\n"
+                "    count, total, self_cpu = rows.get(",
+            ),
+        ),
+        (
+            "the last call's times kept, not summed over the calls",
+            _sub(
+                _AGGREGATE,
+                "(count + 1, total + (end - start), self_cpu + ((end - start) - inside))",
+                "(count + 1, end - start, (end - start) - inside)",
+            ),
+        ),
+        (
+            "top-level ranges only (the ops called inside another op left out)",
+            _sub(
+                _AGGREGATE,
+                "    count, total, self_cpu = rows.get(",
+                "    if parent is not None:\n        continue\n"
+                "    count, total, self_cpu = rows.get(",
+            ),
+        ),
+        (
+            "calling retorch's key_averages on the ranges made into FunctionEvents",
+            """\
+from retorch.profiler import EventList, FunctionEvent
+
+made = []
+for k, (name, start, end, parent) in enumerate(events):
+    e = FunctionEvent(k, name, 0, start)
+    e.end_us = end
+    if parent is not None:
+        e.cpu_parent = made[parent]
+        made[parent].cpu_children.append(e)
+    made.append(e)
+return {a.key: (a.count, a.cpu_time_total, a.self_cpu_time_total)
+        for a in EventList(made).key_averages()}
+""",
         ),
     ],
 }
