@@ -50,7 +50,8 @@ TORCH_TAG = "v2.13.0"
 #: Base URL for citing torch's source at that tag.
 TORCH_SOURCE = f"https://github.com/pytorch/pytorch/blob/{TORCH_TAG}/"
 
-# The global switches (torch.use_deterministic_algorithms, set_num_threads, set_default_dtype):
+# The global switches (torch.use_deterministic_algorithms, set_num_threads, set_default_dtype,
+# set_default_device and the device context):
 # retorch/_switches.py imports Numba and retorch.tensor only when a switch is used.
 from . import _switches  # noqa: E402
 
@@ -63,3 +64,6 @@ set_num_threads = _switches.set_num_threads
 get_num_threads = _switches.get_num_threads
 set_default_dtype = _switches.set_default_dtype
 get_default_dtype = _switches.get_default_dtype
+set_default_device = _switches.set_default_device
+get_default_device = _switches.get_default_device
+device = _switches.device

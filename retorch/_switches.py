@@ -1,4 +1,4 @@
-"""The global switches: determinism, the CPU thread count, the default dtype.
+"""The global switches: determinism, the CPU thread count, the default dtype and device.
 
 Mirrors ``torch/__init__.py`` (``use_deterministic_algorithms``,
 ``are_deterministic_algorithms_enabled``, ``set_default_dtype``, ``get_default_dtype``) over the
@@ -17,11 +17,26 @@ torch's exception types and messages for misuse.
   Numba started with (``NUMBA_NUM_THREADS``), where torch's OpenMP pool takes any count.
 - Default dtype: ``retorch.tensor.dtype.default_dtype``, which the factories (``tensor``,
   ``zeros``, ``arange``...) and the type promotion of Python floats read.
+- Default device: ``set_default_device``, ``get_default_device`` and ``with
+  retorch.device(...)``, mirroring ``torch/__init__.py`` (``set_default_device``,
+  ``get_default_device``, ``_GLOBAL_DEVICE_CONTEXT``) and ``torch/utils/_device.py``
+  (``DeviceContext``, a ``TorchFunctionMode`` that gives the factories of
+  ``_device_constructors()`` a ``device=`` when the call has none; ``torch.device``'s
+  ``__enter__`` in ``torch/csrc/Device.cpp`` enters one). retorch has no mode stack: while a
+  ``DeviceContext`` is entered, the same factories of ``retorch.tensor`` (and
+  ``retorch.dispatch.tensor``) are wrapped in the module (as the determinism flag wraps its
+  launch), so the default costs nothing while it is unset; ``*_like`` follow their input and
+  ``from_numpy`` shares its array's memory, in neither library following the default. Code
+  that imported a factory by name before (``from retorch.tensor import zeros``) keeps the
+  unwrapped one, as torch's C++ callers never meet the mode.
 """
 
 from __future__ import annotations
 
+import builtins
+import functools
 import importlib
+import inspect
 import warnings
 
 _deterministic = False
@@ -131,3 +146,143 @@ def set_default_dtype(d) -> None:
 
 def get_default_dtype():
     return importlib.import_module("retorch.tensor.dtype").default_dtype
+
+
+# ---- the default device -----------------------------------------------------------------------
+#: The factories that take the default device: torch's ``_device_constructors()`` that retorch
+#: has, as (module, name).
+DEVICE_CONSTRUCTORS = tuple(
+    [("retorch.tensor", n) for n in ("empty", "empty_strided", "zeros", "ones", "full",
+                                     "arange", "tensor", "scalar_tensor")]
+    + [("retorch.dispatch", "tensor")]
+)  # fmt: skip
+
+_device_contexts: list = []  # the entered DeviceContexts, innermost last (torch's mode stack)
+_global_device_context = None  # set_default_device's (torch's _GLOBAL_DEVICE_CONTEXT)
+_unwrapped_constructors: dict = {}  # (module, name) -> the factory, while any context is in
+
+
+class device:
+    """``torch.device``: a type (``"cpu"``, ``"cuda"``, ``"meta"``) and an index; as a context
+    manager it makes the factories inside the block default to it."""
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device) or builtins.type(type).__name__ == "device":  # or torch's
+            type, index = type.type, type.index if index is None else index
+        if not isinstance(type, str):
+            raise TypeError(
+                f"device() received an invalid combination of arguments - got "
+                f"({builtins.type(type).__name__}), but expected one of: (torch.device device), "
+                f"(str type, int index = -1)"
+            )
+        from retorch.tensor.tensor import normalize_device
+
+        self.type = normalize_device(type)  # RuntimeError for a device type it does not know
+        if ":" in type:
+            index = int(type.split(":", 1)[1])
+        self.index = index
+        self._entered: list = []
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        index = "" if self.index is None else f", index={self.index}"
+        return f"device(type='{self.type}'{index})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    __hash__ = object.__hash__
+
+    def __enter__(self) -> device:
+        ctx = DeviceContext(self)
+        ctx.__enter__()
+        self._entered.append(ctx)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._entered.pop().__exit__(*exc)
+
+
+class DeviceContext:
+    """``torch.utils._device.DeviceContext``: while entered, the factories of
+    ``DEVICE_CONSTRUCTORS`` called without a device (or with ``device=None``) get this one."""
+
+    def __init__(self, dev) -> None:
+        self.device = dev if isinstance(dev, device) else device(str(dev))
+
+    def __enter__(self) -> DeviceContext:
+        if not _device_contexts:
+            _wrap_constructors()
+        _device_contexts.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _device_contexts.remove(self)
+        if not _device_contexts:
+            _unwrap_constructors()
+
+
+def _current_device():
+    if _device_contexts:
+        return _device_contexts[-1].device
+    return None
+
+
+def _with_default_device(factory):
+    signature = inspect.signature(factory)
+
+    @functools.wraps(factory)
+    def with_default_device(*args, **kwargs):
+        dev = _current_device()
+        if dev is not None:
+            bound = signature.bind_partial(*args, **kwargs)
+            if bound.arguments.get("device") is None:  # torch: kwargs.get("device") is None
+                bound.arguments["device"] = dev.type
+                return factory(*bound.args, **bound.kwargs)
+        return factory(*args, **kwargs)
+
+    return with_default_device
+
+
+def _wrap_constructors() -> None:
+    for module_name, name in DEVICE_CONSTRUCTORS:
+        module = importlib.import_module(module_name)
+        factory = getattr(module, name)
+        _unwrapped_constructors[module_name, name] = factory
+        setattr(module, name, _with_default_device(factory))
+
+
+def _unwrap_constructors() -> None:
+    for (module_name, name), factory in _unwrapped_constructors.items():
+        setattr(importlib.import_module(module_name), name, factory)
+    _unwrapped_constructors.clear()
+
+
+def set_default_device(dev) -> None:
+    """Factories called without a device allocate on ``dev`` (``None``: back to the CPU)."""
+    global _global_device_context
+    if _global_device_context is not None:  # torch exits the old default first: a bad device
+        _device_contexts.remove(_global_device_context)  # below leaves none (the CPU)
+        _global_device_context = None
+        if not _device_contexts:
+            _unwrap_constructors()
+    new = None if dev is None else DeviceContext(device(dev))
+    _global_device_context = new
+    if new is not None:
+        if not _device_contexts:
+            _wrap_constructors()
+        _device_contexts.insert(0, new)  # at the bottom, under any ``with`` block's
+
+
+def get_default_device() -> device:
+    """The device a factory called without one allocates on: the innermost ``with device``
+    block's, else ``set_default_device``'s, else the CPU (``cuda`` with index 0, retorch's one
+    GPU, as torch's adds the current device's index)."""
+    dev = _current_device()
+    if dev is None:
+        return device("cpu")
+    if dev.type == "cuda" and dev.index is None:
+        return device("cuda", 0)
+    return dev
