@@ -12,7 +12,8 @@ op                                     torch source
 ``F.layer_norm``                       ``aten/src/ATen/native/cpu/layer_norm_kernel.cpp``
                                        (mean, rstd = 1/sqrt(var + eps); LayerNormBackwardKernel)
 ``F.gelu(approximate="tanh")``         ``aten/src/ATen/native/cpu/Activation.cpp`` (GeluKernelImpl,
-                                       GeluBackwardKernelImpl)
+                                       GeluBackwardKernelImpl): one fused kernel each way, in
+                                       ``retorch.tensor.gelu_kernels``
 ``torch.transpose``, ``torch.narrow``  ``aten/src/ATen/native/TensorShape.cpp`` (views; backward
                                        transposes back, or writes into a zero tensor)
 ``F.scaled_dot_product_attention``     ``aten/src/ATen/native/transformers/attention.cpp``
@@ -30,6 +31,7 @@ import math
 
 import retorch.tensor as rt
 from retorch.autograd.function import Function
+from retorch.tensor import gelu_kernels as _gk
 from retorch.tensor import ops as _o
 
 _GELU_BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # M_SQRT2 * M_2_SQRTPI * 0.5
@@ -89,8 +91,29 @@ class LayerNorm(Function):
         return _T(dx), _T(dw), _T(db), None
 
 
+class Gelu(Function):
+    """``gelu(x, approximate="tanh")`` as torch runs it: one op, one kernel each way
+    (``retorch.tensor.gelu_kernels``: ``GeluKernelImpl``, ``GeluBackwardKernelImpl``), the input
+    saved for the backward (torch's ``gelu_backward(grad, self)``). Its node is named as
+    torch's, ``GeluBackward0``."""
+
+    @staticmethod
+    def forward(ctx, x, approximate):
+        ctx.x, ctx.approximate = x.data, approximate
+        return _T(_gk.gelu(x.data, approximate))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _T(_gk.gelu_backward(grad.data, ctx.x, ctx.approximate)), None
+
+
+Gelu._backward_cls.__name__ = Gelu._backward_cls.__qualname__ = "GeluBackward0"
+
+
 class GeluTanh(Function):
-    """``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` and torch's derivative of it."""
+    """``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` and torch's derivative of it,
+    composed from chapter 4's elementwise ops (each allocating its result): the version the
+    fused :class:`Gelu` replaced, kept to compare with it."""
 
     @staticmethod
     def forward(ctx, x):
@@ -171,12 +194,14 @@ def _layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def _gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
     if approximate != "tanh":
         raise NotImplementedError(
             "retorch's gelu has the tanh approximation only (retorch.tensor has no erf kernel): "
             "use F.gelu(x, approximate='tanh') or nn.GELU(approximate='tanh')"
         )
-    return GeluTanh.apply(input)
+    return Gelu.apply(input, approximate)
 
 
 def _transpose(input, dim0, dim1):
