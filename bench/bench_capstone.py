@@ -9,6 +9,17 @@ kernels). At this size every implementation is bound by its cost per operator, n
 arithmetic: torch's is microseconds per op, the rebuilt stack's tens of microseconds (chapter
 5's dispatcher in Python), and the device's more (each op crosses torch's dispatcher into
 Python and back).
+
+Each row also stores ``peak_bytes``: the most bytes one training step held at once above what
+was held before it (so parameters, gradients and AdamW's state, already allocated, are not
+counted; the step's activations, temporaries and new gradients are), each taken by that
+implementation's own instrument. Torch on the CPU has no allocator statistics (``c10``'s CPU
+allocator keeps none; ``torch.cuda.memory_stats`` is CUDA's): its bytes are
+``torch.profiler``'s ``[memory]`` events (``profile_memory=True``), summed in order. The
+rebuilt stack's CPU tensors are chapter 4's storages, which no caching allocator serves: their
+bytes are the same events of retorch's profiler. The retorch device's come from its caching
+allocator's counters, ``requested_bytes.all.peak`` after ``reset_peak_memory_stats``, as
+``torch.cuda.max_memory_allocated`` reads a GPU's.
 """
 
 from __future__ import annotations
@@ -90,11 +101,24 @@ def _device_step():
     return _torch_step(model, x, y)
 
 
+def _peak_bytes(name: str, step, device) -> int:
+    """The most bytes one ``step()`` held at once above those held before it (see above)."""
+    from retorch.utils.checkpoint_memory import memory_totals
+
+    if name == "torch on the retorch device":
+        allocator = device.allocator
+        before = allocator.memory_stats()["requested_bytes.all.current"]
+        allocator.caching.reset_peak_memory_stats()
+        step()
+        return int(allocator.memory_stats()["requested_bytes.all.peak"] - before)
+    return int(max(memory_totals("retorch" if name.startswith("retorch") else "torch", step)))
+
+
 def run(quick: bool = False) -> dict:
     from retorch.dispatch import privateuse1_device as pd
     from retorch.models import build_gpt, compare
 
-    pd.install()  # (PrivateUse1 is set up before the process's first backward)
+    device = pd.install()  # (PrivateUse1 is set up before the process's first backward)
     repeats = 3 if quick else STEPS
     x, y = _batch()
     tokens = x.numel()
@@ -114,13 +138,14 @@ def run(quick: bool = False) -> dict:
             "case": f"training step, batch {BATCH} x {x.shape[1]} tokens",
             "impl": name,
             "value": tokens / seconds[name],
+            "peak_bytes": _peak_bytes(name, step, device),
         }
-        for name in steps
+        for name, step in steps.items()
     ]
     return {
         "name": "capstone",
         "title": "The capstone's training step on CPU (tokens/s, higher is better)",
         "unit": "tokens/s",
         "rows": rows,
-        "notes": " ".join(__doc__.split("\n\n")[1].split()),
+        "notes": " ".join(" ".join(__doc__.split("\n\n")[1:3]).split()),
     }
