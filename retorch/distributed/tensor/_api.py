@@ -55,10 +55,13 @@ def _normalize(placements, ndim: int, mesh: DeviceMesh) -> tuple[Placement, ...]
         )
     out = []
     for p in placements:
+        if isinstance(p, Shard) and not -ndim <= p.dim < ndim:  # torch's message for Shard(d)
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], "
+                f"but got {p.dim})"
+            )
         if isinstance(p, Shard) and p.dim < 0:
             p = Shard(p.dim + ndim)
-        if isinstance(p, Shard) and not 0 <= p.dim < ndim:
-            raise IndexError(f"Shard({p.dim}) of a tensor of {ndim} dims")
         out.append(p)
     return tuple(out)
 
@@ -185,11 +188,30 @@ class DTensor:
     def sum(self, dim=None, keepdim: bool = False) -> DTensor:
         return _pw().sum(self, dim, keepdim)
 
+    # ---- reductions by max and min: Partial("max") / Partial("min") (``_math_ops.py``) ----
+    def amax(self, dim=(), keepdim: bool = False) -> DTensor:
+        return _math().amax(self, dim, keepdim)
+
+    def amin(self, dim=(), keepdim: bool = False) -> DTensor:
+        return _math().amin(self, dim, keepdim)
+
+    def max(self, dim=None, keepdim: bool = False):
+        return _math().max(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim: bool = False):
+        return _math().min(self, dim, keepdim)
+
 
 def _pw():
     from . import _pointwise_ops  # imports this module: bound on first use
 
     return _pointwise_ops
+
+
+def _math():
+    from . import _math_ops  # imports this module: bound on first use
+
+    return _math_ops
 
 
 def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh, placements=None, *,

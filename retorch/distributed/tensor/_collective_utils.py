@@ -3,7 +3,8 @@
 Mirrors torch/distributed/tensor/_collective_utils.py (``mesh_scatter``, ``mesh_broadcast``,
 ``pad_tensor``, ``unpad_tensor``, ``shard_dim_alltoall``) and the three functional
 collectives of torch/distributed/_functional_collectives.py that DTensor calls
-(``all_gather_single``, ``reduce_scatter_single``, ``all_reduce``). ``group`` is a pair
+(``all_gather_single``, ``reduce_scatter_single``, ``all_reduce``; by "max" and "min" on
+``reduce_ops.py``'s ring, for ``Partial("max")`` and ``Partial("min")``). ``group`` is a pair
 ``(mesh, mesh_dim)``: the process group of that mesh dimension. Each call is counted under
 the name torch's ``CommDebugMode`` gives the same operation (``debug.py``).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import collectives
+from .. import collectives, reduce_ops
 from . import debug
 
 
@@ -58,6 +59,9 @@ def reduce_scatter_single(input: torch.Tensor, reduce_op: str, scatter_dim: int,
     if scatter_dim != 0:  # bring the chunks to dim 0, as torch's functional collective does
         input = torch.cat(torch.chunk(input, n, dim=scatter_dim))
     out = input.new_empty((input.size(0) // n, *input.shape[1:]))
+    if reduce_op in reduce_ops.REDUCE_OPS:  # max, min: the same ring, another function
+        return reduce_ops.reduce_scatter_op(out, input.contiguous(), reduce_op,
+                                            group=_group(mesh, mesh_dim))  # fmt: skip
     collectives.reduce_scatter(out, input.contiguous(), group=_group(mesh, mesh_dim))
     return _finish(out, reduce_op, n)  # shaped as one chunk on scatter_dim
 
@@ -67,6 +71,8 @@ def all_reduce(tensor: torch.Tensor, reduce_op: str, group) -> torch.Tensor:
     debug._record("c10d_functional.all_reduce")
     mesh, mesh_dim = group
     out = tensor.contiguous().clone()
+    if reduce_op in reduce_ops.REDUCE_OPS:  # max, min: the same ring, another function
+        return reduce_ops.all_reduce_op(out, reduce_op, group=_group(mesh, mesh_dim))
     collectives.ring_all_reduce(out, group=_group(mesh, mesh_dim))
     return _finish(out, reduce_op, mesh.size(mesh_dim))
 
@@ -77,7 +83,8 @@ def _finish(summed: torch.Tensor, reduce_op: str, n: int) -> torch.Tensor:
     if reduce_op == "avg":
         return summed / n
     raise NotImplementedError(
-        f"reduce_op {reduce_op!r}: chapter 7's ring adds; only 'sum' and 'avg' are rebuilt"
+        f"reduce_op {reduce_op!r}: chapter 7's ring adds ('sum', 'avg'), "
+        "retorch.distributed.reduce_ops takes 'max' and 'min'; no other op is rebuilt"
     )
 
 
