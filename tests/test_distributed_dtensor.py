@@ -487,7 +487,8 @@ def _assert_same_ops(results) -> int:
     return n
 
 
-#: Partial("max") only where no reduction follows (chapter 7's ring all-reduce only adds)
+#: the placements every op here meets; Partial("max") only in the unary cases below (its
+#: reductions and redistributions are compared in tests/test_dtensor_partial_minmax.py)
 _P1 = ["S0", "S1", "R", "Psum", "Pavg"]
 
 
