@@ -476,15 +476,23 @@ def tp_and_fsdp2(rank: int, world: int, steps: int) -> dict:
 #: name as torch's dispatcher shows it (all-reduce: a reduce-scatter then an all-gather)
 _RING_SHARE = {
     "_allgather_base_": 1, "all_gather_into_tensor": 1, "allgather_": 1,
-    "_reduce_scatter_base_": 1, "reduce_scatter_tensor": 1,
+    "_reduce_scatter_base_": 1, "reduce_scatter_tensor": 1, "reduce_scatter_": 1,
     "allreduce_": 2, "all_reduce": 2,
 }  # fmt: skip
+
+#: the list collectives, whose whole tensor is a list of pieces, one per rank: the argument
+#: that holds it (``allgather_(Tensor[][] output_tensors, Tensor[] input_tensors, ...)``,
+#: ``reduce_scatter_(Tensor[] output_tensors, Tensor[][] input_tensors, ...)``)
+_LIST_ARG = {"allgather_": 0, "reduce_scatter_": 1}
 
 
 class _TorchCollectiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
     """The c10d ops torch issues in a block, seen at the dispatcher (where ``CommDebugMode``
     looks too), each priced by the ring model: ``share * (n - 1) / n`` of its whole tensor (an
-    all-gather's output, a reduce-scatter's input, an all-reduce's tensor)."""
+    all-gather's output, a reduce-scatter's input, an all-reduce's tensor). A list collective's
+    whole is the sum of its list's pieces (:data:`_LIST_ARG`: FSDP1 on CPU all-gathers into a
+    list of the flat parameter's n chunks, ``_all_gather_flat_param`` in ``_flat_param.py``);
+    any other op's, its largest tensor."""
 
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -493,9 +501,11 @@ class _TorchCollectiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name.split("::")[-1]
         if name in _RING_SHARE:
-            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+            tensors = [a for a in torch.utils._pytree.tree_leaves(
+                           (args[_LIST_ARG[name]],) if name in _LIST_ARG else (args, kwargs))
                        if isinstance(a, torch.Tensor)]  # fmt: skip
-            whole = max(t.numel() * t.element_size() for t in tensors)
+            sizes = [t.numel() * t.element_size() for t in tensors]
+            whole = sum(sizes) if name in _LIST_ARG else max(sizes)
             self.bytes += _RING_SHARE[name] * (self.n - 1) / self.n * whole
             self.ops[name] = self.ops.get(name, 0) + 1
         return func(*args, **(kwargs or {}))
@@ -517,8 +527,13 @@ def bytes_per_step(rank: int, world: int, steps: int = 2) -> dict:
     whole): the bytes this rank sent in the last step, counted on retorch's wire
     (``collectives.count_bytes``: chapter 7's rings) and, for torch, from the collectives it
     issued priced by the ring model; DDP (both libraries all-reduce through gloo) from its
-    buckets, counted by a comm hook. No torch column for FlatParameter sharding: torch's is
-    FSDP1's ``FullyShardedDataParallel``, not run here."""
+    buckets, counted by a comm hook. FlatParameter sharding's torch column is torch's FSDP1
+    (``FullyShardedDataParallel`` on m[0], m[2], then the root, ``device_id`` the CPU: one
+    ``FlatParameter`` per unit, as ``fsdp.fully_shard_units``). Their bytes differ: FSDP1 keeps
+    the root's parameters gathered from forward to backward (``_post_forward_reshard`` in
+    torch/distributed/fsdp/_runtime_utils.py frees them only ``not state._is_root``), so it
+    all-gathers 5 times a step where retorch's units, the root too, reshard after forward
+    and gather 6 times; both reduce-scatter 3 times."""
     from torch.nn.parallel import DistributedDataParallel as torch_ddp
 
     import retorch.nn as rn
@@ -531,6 +546,7 @@ def bytes_per_step(rank: int, world: int, steps: int = 2) -> dict:
 
     with _quiet():
         from torch.distributed.device_mesh import init_device_mesh as t_init
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
         from torch.distributed.fsdp import fully_shard as t_shard
         from torch.distributed.tensor import parallel as t_tp
 
@@ -546,6 +562,10 @@ def bytes_per_step(rank: int, world: int, steps: int = 2) -> dict:
 
         flat = _mlp(0, rn)
         fsdp.fully_shard_units(flat, [flat[0], flat[2]])
+        fsdp1, cpu = _mlp(0, torch.nn), torch.device("cpu")
+        for i in (0, 2):
+            fsdp1[i] = FSDP1(fsdp1[i], device_id=cpu)
+        fsdp1 = FSDP1(fsdp1, device_id=cpu)  # the root last, as fully_shard_units
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as t_hooks
 
         from .algorithms.ddp_comm_hooks import default_hooks as r_hooks
@@ -557,7 +577,7 @@ def bytes_per_step(rank: int, world: int, steps: int = 2) -> dict:
             ddp[name].register_comm_hook(hooked[name], _allreduce_hook_counted)
         designs = {
             "DDP": (ddp["retorch"], ddp["torch"]),
-            "FlatParameter": (flat, None),
+            "FlatParameter": (flat, fsdp1),
             "FSDP2": (fsdp2(r_shard, r_init), fsdp2(t_shard, t_init)),
             "TP": (tp(r_tp, r_init), tp(t_tp, t_init)),
         }
@@ -565,9 +585,6 @@ def bytes_per_step(rank: int, world: int, steps: int = 2) -> dict:
         for design, (ours, theirs) in designs.items():
             row = {}
             for name, model in (("retorch", ours), ("torch", theirs)):
-                if model is None:
-                    row[name] = None
-                    continue
                 opt = torch.optim.SGD(model.parameters(), lr=0.05)
                 for step in range(steps):
                     x, y = _batch(step, 0 if design == "TP" else rank)  # TP: one batch for all
@@ -597,9 +614,8 @@ def bytes_table(per_rank: list[dict]) -> list[tuple]:
     rows = []
     for design, row in first.items():
         theirs = row["torch"]
-        ops = "-" if theirs is None else ", ".join(f"{k} x{v}" for k, v in theirs["ops"].items())
-        rows.append((design, int(row["retorch"]["bytes"]),
-                     None if theirs is None else int(theirs["bytes"]), ops))  # fmt: skip
+        ops = ", ".join(f"{k} x{v}" for k, v in theirs["ops"].items())
+        rows.append((design, int(row["retorch"]["bytes"]), int(theirs["bytes"]), ops))
     return rows
 
 
