@@ -37,6 +37,7 @@ import builtins
 import functools
 import importlib
 import inspect
+import sys
 import warnings
 
 _deterministic = False
@@ -230,13 +231,22 @@ def _current_device():
     return None
 
 
+#: retorch's packages that stand for torch's C++ (ATen's kernels and wrapped numbers, the
+#: dispatcher, the autograd engine and formulas): their calls to a factory never meet the
+#: default device, as torch's C++ never meets its ``DeviceContext`` mode (a Python number in
+#: ``cpu_tensor + 2`` stays a CPU tensor). Python code such as ``retorch.nn`` follows it, as
+#: ``torch.nn`` does.
+INTERNAL_CALLERS = ("retorch.tensor", "retorch.dispatch", "retorch.autograd")
+
+
 def _with_default_device(factory):
     signature = inspect.signature(factory)
 
     @functools.wraps(factory)
     def with_default_device(*args, **kwargs):
         dev = _current_device()
-        if dev is not None:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if dev is not None and not caller.startswith(INTERNAL_CALLERS):
             bound = signature.bind_partial(*args, **kwargs)
             if bound.arguments.get("device") is None:  # torch: kwargs.get("device") is None
                 bound.arguments["device"] = dev.type

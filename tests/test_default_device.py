@@ -84,6 +84,24 @@ def test_meta_default_reaches_every_constructor_and_not_the_rest():
         assert (_device_type(make(rt)), _device_type(make(torch))) == (want, want), case
 
 
+def test_ops_on_cpu_tensors_stay_on_the_cpu_under_a_default_device():
+    """torch's C++ (a Python number wrapped as a CPU tensor, a kernel's temporaries) never
+    meets the default; retorch's packages that stand for it (``_switches.INTERNAL_CALLERS``)
+    do not either, while Python modules such as ``nn.Linear`` follow it in both."""
+    import retorch.dispatch as rd
+    import retorch.nn as rn
+
+    torch.set_default_device("meta")
+    retorch.set_default_device("meta")
+    a, ta = rd.tensor([0.0, 1.0], device="cpu"), torch.tensor([0.0, 1.0], device="cpu")
+    for case, ours, theirs in [("a + 2", a + 2, ta + 2), ("a * 2.5", a * 2.5, ta * 2.5),
+                               ("2 - a", 2 - a, 2 - ta), ("a.sum()", a.sum(), ta.sum()),
+                               ("a.exp()", a.exp(), ta.exp())]:  # fmt: skip
+        assert (_device_type(ours), _device_type(theirs)) == ("cpu", "cpu"), case
+    assert _device_type(rn.Linear(2, 3).weight) == _device_type(torch.nn.Linear(2, 3).weight)
+    assert _device_type(torch.nn.Linear(2, 3).weight) == "meta"
+
+
 def test_with_device_nests_over_the_global_default_and_restores():
     seen = {}
     for mod, zeros in ((torch, torch.zeros), (retorch, lambda n: rt.zeros(n))):
