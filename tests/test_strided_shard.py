@@ -159,3 +159,48 @@ def test_strided_shard_pieces_and_full_tensor_match_torch_on_uneven_rows():
             assert t_comm == r_comm, (rank, case, t_comm, r_comm)
             assert torch.equal(t_full, x) and torch.equal(r_full, x), (rank, case, r_full)
     assert asserted == 4 * 4  # all but (8, 2) cut unequally (4 rows: 1, 1, 0, 0 twice)
+
+
+#: ops on a tensor cut as _S(0, 2): torch keeps the cut on a kept dim (``_math_ops.py``
+#: ``map_placements_after_reduction``; pointwise: ``_fill_single_dim_strategy_placeholders``)
+OPS = {"x.sum(1)": lambda x: x.sum(1), "x.amax(1)": lambda x: x.amax(1),
+       "x.sum(0)": lambda x: x.sum(0), "x * 2": lambda x: x * 2, "x + x": lambda x: x + x,
+       "neg(x)": lambda x: -x}  # fmt: skip
+
+
+def _ops_on_strided(rank: int, world: int) -> list:
+    import torch.distributed.tensor as tdt
+    from torch.distributed.device_mesh import init_device_mesh as t_init
+    from torch.distributed.tensor.debug import CommDebugMode as TComm
+    from torch.distributed.tensor.placement_types import _StridedShard as TStrided
+
+    import retorch.distributed.tensor as rdt
+    from retorch.distributed.device_mesh import init_device_mesh as r_init
+    from retorch.distributed.tensor._strided_shard import _StridedShard
+    from retorch.distributed.tensor.debug import CommDebugMode as RComm
+
+    x = torch.arange(24, dtype=torch.float32).view(8, 3) * (-1) ** torch.arange(24).view(8, 3)
+    t = tdt.distribute_tensor(x, t_init("cpu", (world,)), [TStrided(0, split_factor=2)])
+    r = rdt.distribute_tensor(x, r_init("cpu", (world,)), [_StridedShard(0, split_factor=2)])
+    out = []
+    for case, op in OPS.items():
+        with TComm() as tm:
+            t_out = op(t)
+        with RComm() as rm:
+            r_out = op(r)
+        out.append((case, str(t_out.placements), str(r_out.placements), t_out.to_local(),
+                    r_out.to_local(), _counts(tm), _counts(rm), t_out.full_tensor(),
+                    r_out.full_tensor(), op(x)))  # fmt: skip
+    return out
+
+
+@pytest.mark.slow
+def test_ops_on_a_strided_shard_keep_torch_s_placements_and_values():
+    """The reductions keep ``_S(0, 2)`` on the kept dim (rebuilt as a plain Shard, the rows
+    came back in the wrong order: found by review); pointwise ops keep it with no collective."""
+    for rank, rows in enumerate(launch(_ops_on_strided, 2, timeout=120)):
+        for case, tp, rp, t_local, r_local, t_comm, r_comm, t_full, r_full, want in rows:
+            assert (tp, t_comm) == (rp, r_comm), (rank, case, tp, rp, t_comm, r_comm)
+            assert torch.equal(t_local, r_local), (rank, case)
+            assert torch.equal(t_full, want) and torch.equal(r_full, want), (rank, case, r_full)
+        assert [row[1] for row in rows][:2] == ["(_StridedShard(dim=0, sf=2),)"] * 2

@@ -29,6 +29,7 @@ import torch
 
 from ._api import DTensor
 from ._ops import _expand, _select, _spec
+from ._strided_shard import _StridedShard
 from .placement_types import Partial, Placement, Replicate, Shard
 
 __all__ = [
@@ -76,13 +77,16 @@ def replicate_reduction_dims(placements, reduction_dims) -> tuple[Placement, ...
 def map_placements_after_reduction(placements, reduction_dims, reduction_dims_map,
                                    reduction_op: str) -> tuple[Placement, ...]:  # fmt: skip
     """The output's placements: a reduced Shard dim -> ``Partial(reduction_op)``, a kept one
-    -> Shard of its new index (``reduction_dims_map``: -1 where the dim is gone)."""
+    -> Shard of its new index (``reduction_dims_map``: -1 where the dim is gone), a kept
+    ``_StridedShard`` -> the same cut of its new index."""
     out = []
     for p in placements:
         if not p.is_shard():
             out.append(p)
         elif reduction_dims_map[p.dim] == -1 or p.dim in reduction_dims:
             out.append(Partial(reduction_op))
+        elif isinstance(p, _StridedShard):  # the same cut, on the dim's new index
+            out.append(_StridedShard(reduction_dims_map[p.dim], split_factor=p.split_factor))
         else:
             out.append(Shard(reduction_dims_map[p.dim]))
     return tuple(out)

@@ -116,16 +116,20 @@ def _shardable(shape, placements, mesh) -> bool:
 
 def _expand(rules, inputs: list[DTensor]) -> list[list[Placement]]:
     """All-Replicate first (``_insert_single_dim_replication_strategy``); the Shard rules
-    only if some input has a Shard placement (``_fill_single_dim_strategy_placeholders``)."""
+    only if some input has a Shard placement, once per kind of shard the inputs have (Shard,
+    ``_StridedShard`` of each split factor: ``_fill_single_dim_strategy_placeholders``)."""
     n = 1 + len(inputs)
     if not any(all(p == Replicate() for p in r) for r in rules):
         rules = [[Replicate()] * n] + rules
-    sharded = any(p.is_shard() for x in inputs for p in x.placements)
+    kinds = {}  # each kind of shard among the inputs: Shard, or a _StridedShard of one factor
+    for p in (p for x in inputs for p in x.placements if p.is_shard()):
+        kinds.setdefault(getattr(p, "split_factor", None), p)
     out = []
     for r in rules:
         if any(isinstance(p, tuple) for p in r):
-            if sharded:
-                out.append([Shard(p[1]) if isinstance(p, tuple) else p for p in r])
+            for kind in kinds.values():  # (torch's _fill_single_dim_strategy_placeholders)
+                out.append([kind.__class__(p[1], **kind._cut()) if isinstance(p, tuple) else p
+                            for p in r])  # fmt: skip
         else:
             out.append(list(r))
     return out

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from ._api import DTensor
 from ._ops import _expand, _select, _spec
-from .placement_types import Partial, Replicate, Shard
+from .placement_types import Partial, Replicate
 
 __all__ = ["add", "div", "gelu", "mul", "neg", "relu", "sub", "sum"]
 
@@ -142,7 +142,8 @@ def sum(x: DTensor, dim=None, keepdim: bool = False) -> DTensor:  # noqa: A001 -
         if keepdim or d not in dims:
             new_dim[d] = len(new_dim)
     out = [Partial("sum") if p.is_shard() and p.dim in dims
-           else Shard(new_dim[p.dim]) if p.is_shard() else p for p in placements]  # fmt: skip
+           else p.__class__(new_dim[p.dim], **p._cut()) if p.is_shard() else p
+           for p in placements]  # fmt: skip
     local = x.to_local().sum(dim=dims, keepdim=keepdim) if dims else x.to_local().clone()
     shape = [1 if d in dims else s for d, s in enumerate(x.shape) if keepdim or d not in dims]
     return DTensor(local, _spec(x, out, shape))

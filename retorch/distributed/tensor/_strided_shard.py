@@ -41,6 +41,9 @@ class _StridedShard(Shard):
         super().__init__(dim)
         self.split_factor = split_factor
 
+    def _cut(self) -> dict:
+        return {"split_factor": self.split_factor}
+
     def __eq__(self, other) -> bool:
         return (
             isinstance(other, _StridedShard)

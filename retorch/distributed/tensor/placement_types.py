@@ -50,6 +50,11 @@ class Shard(Placement):
     def __init__(self, dim: int) -> None:
         self.dim = dim
 
+    def _cut(self) -> dict:
+        """What besides the dim makes this cut (``_StridedShard``: its split factor), as the
+        keyword arguments that rebuild it on another dim."""
+        return {}
+
     def __eq__(self, other) -> bool:
         return isinstance(other, Shard) and other.dim == self.dim
 
