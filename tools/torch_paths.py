@@ -33,6 +33,8 @@ TORCH_VERSION = "2.13.0"
 READ_IN_SOURCE = {
     "aten/src/ATen/native/ufunc/add.h": "named by native_functions.yaml (add.out ufunc_inner_loop)",
     "aten/src/ATen/native/cuda/CUDALoops.cuh": "gpu_kernel_impl, vectorized launch",
+    "aten/src/ATen/native/cuda/ActivationGeluKernel.cu": "GeluCUDAKernelImpl and "
+    "GeluBackwardCUDAKernelImpl: the tanh form in opmath, the backward from the saved input",
     "aten/src/ATen/native/cuda/Loops.cuh": "gpu_kernel, gpu_kernel_with_scalars",
     "aten/src/ATen/native/cuda/thread_constants.h": "num_threads(), thread_work_size()",
     "aten/src/ATen/native/cuda/MultiTensorApply.cuh": "multi_tensor_apply, depth_to_max_tensors",
