@@ -132,7 +132,9 @@ def _one_d(rank: int, world: int) -> list:
                 errors.append("AssertionError")
         # every rank cuts its own piece (src_data_rank=None): any sizes
         t = tdt.distribute_tensor(x, t_mesh, [TStrided(0, split_factor=sf)], src_data_rank=None)
-        r = rdt.distribute_tensor(x, r_mesh, [_StridedShard(0, sf)], src_data_rank=None)
+        r = rdt.distribute_tensor(
+            x, r_mesh, [_StridedShard(0, split_factor=sf)], src_data_rank=None
+        )
         local = errors[1]
         with TComm() as tm:
             t_full = t.full_tensor()
@@ -204,3 +206,14 @@ def test_ops_on_a_strided_shard_keep_torch_s_placements_and_values():
             assert torch.equal(t_local, r_local), (rank, case)
             assert torch.equal(t_full, want) and torch.equal(r_full, want), (rank, case, r_full)
         assert [row[1] for row in rows][:2] == ["(_StridedShard(dim=0, sf=2),)"] * 2
+
+
+def test_split_factor_is_keyword_only_as_torch_s():
+    from torch.distributed.tensor.placement_types import _StridedShard as TStrided
+
+    from retorch.distributed.tensor._strided_shard import _StridedShard
+
+    for cls in (TStrided, _StridedShard):
+        with pytest.raises(TypeError):
+            cls(0, 2)
+        assert str(cls(0, split_factor=2)) == "_S(0, 2)"

@@ -16,7 +16,7 @@ __all__ = ["minmax_placements", "strided_shard_pieces"]
 MINMAX_CASES = [
     ("x.amax(0)", "S0", lambda lib, mesh, x: x.amax(0)),
     (
-        "x.amax(0).full_tensor()",
+        "x.amax(0).redistribute(R)",
         "S0",
         lambda lib, mesh, x: x.amax(0).redistribute(mesh, [lib.Replicate()]),
     ),
@@ -89,7 +89,7 @@ def strided_shard_pieces(rank: int, world: int) -> list[tuple]:
         fully_shard(model, mesh=t_mesh["dp"])
         rows = []
         for name, p in model.named_parameters():
-            ours = [_StridedShard(q.dim, q.split_factor) if isinstance(q, TStrided)
+            ours = [_StridedShard(q.dim, split_factor=q.split_factor) if isinstance(q, TStrided)
                     else Shard(q.dim) if isinstance(q, TShard) else Replicate()
                     for q in p.placements]  # fmt: skip
             d = distribute_tensor(whole[name], r_mesh, ours)

@@ -22,7 +22,7 @@ takes ``grad`` and ``self``, not the output)::
 
 Each direction reads its inputs once and writes one tensor: the composed version
 (``retorch.models.functional.GeluTanh``, chapter 4's elementwise ops one after the other)
-allocates a tensor per op, 9 in the forward and 13 in the backward.
+allocates a tensor per op, 9 in the forward and 14 in the backward.
 
 Torch's CPU kernel runs the same formula on vectors (``Vectorized<float>::tanh`` is Sleef's
 ``tanhf_u10``, within 1 ulp), so float32 results agree with torch's to a few ulps, not bit

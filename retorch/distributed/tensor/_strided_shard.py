@@ -33,7 +33,7 @@ __all__ = ["_StridedShard"]
 
 
 class _StridedShard(Shard):
-    def __init__(self, dim: int, split_factor: int = 1, *, sf: int | None = None) -> None:
+    def __init__(self, dim: int, *, split_factor: int = 1, sf: int | None = None) -> None:
         if sf is not None:
             if split_factor != 1:
                 raise TypeError("_StridedShard received both split_factor and sf")
