@@ -17,10 +17,6 @@ max or a backward without ``rowsum(dO * O)`` move the results by 1e-2 or more.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +30,7 @@ from hypothesis import strategies as st
 import retorch.tensor as rt
 from retorch.models import attention as attn_mod
 from retorch.tensor import attention_kernels as ak
+from tools.ptx_report import float_kernel_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -238,38 +235,15 @@ def test_cuda_one_small_case():
     _versus_flash(1, 3, 4, 2, True, np.float32, "cuda", seed=5)
 
 
-PTX = """
-import tools.check_ptx as check
-import retorch.cuda as rcuda
-from retorch.tensor import attention_kernels as ak
-
-for kernel in (ak.flash_attention_kernel, ak.flash_attention_backward_dq_kernel,
-               ak.flash_attention_backward_dkdv_kernel):
-    (spec,) = [s for s in rcuda.KERNELS if s.pyfunc is kernel.py_func]
-    for sig in spec.signatures:
-        one = rcuda.KernelSpec(spec.pyfunc, (sig,))
-        ptx = rcuda.compile_ptx(one, (8, 0))
-        words = {line.split()[0] for line in ptx.splitlines() if line.strip()}
-        f64 = sorted(w for w in words if w.endswith(".f64"))
-        for cc in [(7, 5), (8, 0), (9, 0)]:
-            (used,) = check.resources(one, cc)
-            print(kernel.py_func.__name__, sig[5:12], cc, used["stack_bytes"] + used["spilled_bytes"],
-                  len(f64))
-"""
-
-
 @pytest.mark.slow  # ~20 s: 18 compilations
 def test_ptx_compiles_without_local_memory_and_float32_stays_float32():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(PTX)], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    lines = [line.split() for line in out.splitlines() if line.startswith("flash_")]
-    assert len(lines) == 18, out
-    assert all(line[-2] == "0" for line in lines), "local memory:\n" + out
+    lines = float_kernel_rows("retorch.tensor.attention_kernels",
+                              ["flash_attention_kernel", "flash_attention_backward_dq_kernel",
+                               "flash_attention_backward_dkdv_kernel"])  # fmt: skip
+    assert len(lines) == 18, lines
+    assert all(line[-2] == "0" for line in lines), f"local memory: {lines}"
     f32 = [line for line in lines if line[1] == "float32"]
-    assert len(f32) == 9 and all(line[-1] == "0" for line in f32), "float64 math:\n" + out
+    assert len(f32) == 9 and all(line[-1] == "0" for line in f32), f"float64 math: {f32}"
 
 
 # ---- the capstone through the fused backend --------------------------------------------------

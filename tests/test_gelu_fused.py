@@ -15,10 +15,6 @@ standard deviation 3, with random output gradients ``dy``), with ``eps`` the dty
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +29,7 @@ from retorch.dispatch import from_torch
 from retorch.models import functional
 from retorch.tensor import gelu_kernels as gk
 from retorch.utils.checkpoint_memory import memory_totals
+from tools.ptx_report import float_kernel_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 FWD_TOL, BWD_TOL = 4, 64  # in eps, see the module docstring
@@ -167,36 +164,13 @@ def test_cuda_reads_strided_views_and_empty():
     _versus_torch(*_inputs((0, 3), np.float32), device="cuda")
 
 
-PTX = """
-import tools.check_ptx as check
-import retorch.cuda as rcuda
-from retorch.tensor import gelu_kernels as gk
-
-for kernel in (gk.gelu_tanh_kernel, gk.gelu_tanh_backward_kernel):
-    (spec,) = [s for s in rcuda.KERNELS if s.pyfunc is kernel.py_func]
-    for sig in spec.signatures:
-        one = rcuda.KernelSpec(spec.pyfunc, (sig,))
-        ptx = rcuda.compile_ptx(one, (8, 0))
-        words = {line.split()[0] for line in ptx.splitlines() if line.strip()}
-        f64 = sorted(w for w in words if w.endswith(".f64"))
-        for cc in [(7, 5), (8, 0), (9, 0)]:
-            (used,) = check.resources(one, cc)
-            print(kernel.py_func.__name__, sig[5:12], cc, used["stack_bytes"] + used["spilled_bytes"],
-                  len(f64))
-"""
-
-
 @pytest.mark.slow  # ~10 s: 12 compilations
 def test_ptx_compiles_without_local_memory_and_float32_stays_float32():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(PTX)], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out
-    lines = [line.split() for line in out.splitlines() if line.startswith("gelu_")]
-    assert len(lines) == 12, out
-    assert all(line[-2] == "0" for line in lines), "local memory:\n" + out
+    lines = float_kernel_rows("retorch.tensor.gelu_kernels",
+                              ["gelu_tanh_kernel", "gelu_tanh_backward_kernel"])  # fmt: skip
+    assert len(lines) == 12, lines
+    assert all(line[-2] == "0" for line in lines), f"local memory: {lines}"
     f32 = [line for line in lines if line[1] == "float32"]
-    assert len(f32) == 6 and all(line[-1] == "0" for line in f32), "float64 math:\n" + out
+    assert len(f32) == 6 and all(line[-1] == "0" for line in f32), f"float64 math: {f32}"
     f64 = [line for line in lines if line[1] == "float64"]
-    assert all(line[-1] != "0" for line in f64), "float64 kernels without float64 math:\n" + out
+    assert all(line[-1] != "0" for line in f64), f"float64 kernels without float64 math: {f64}"
