@@ -74,6 +74,7 @@ def test_cpu_grid_equals_torch(dtype):
     _versus_torch(x, dy)
 
 
+@pytest.mark.slow  # ~1 s: the first calls compile the kernels for each dtype
 @given(
     shape=st.lists(st.integers(0, 7), min_size=0, max_size=3),
     scale=st.sampled_from([0.01, 1.0, 4.0, 50.0]),
@@ -89,6 +90,7 @@ def test_cpu_reads_strided_views():
     _versus_torch(x, dy, view=lambda a: a.transpose(0, 1)[1:])
 
 
+@pytest.mark.slow  # ~1 s
 def test_cpu_threads_give_the_same_bits_as_one_thread():
     x, dy = _inputs((40_000,), np.float32, seed=4)
     whole = gk.gelu(rt.from_numpy(x)).numpy()

@@ -56,6 +56,7 @@ def test_step_ranges_are_consistent_with_each_profilers_rows():
         assert all(row[2] <= row[1] + lab.AGGREGATE_ATOL for row in want.values())
 
 
+@pytest.mark.slow  # ~1 s: a profiled training step
 def test_torch_step_records_the_names_the_exercise_is_about():
     """torch's step has nested ranges of one name (aten::to in aten::_to_copy in aten::to is in
     the hand-made case; the step has aten::detach and detach) and ranges in ranges."""
