@@ -24,7 +24,15 @@ profile of a step draws its timeline (``demos.fsdp2_timeline``).
 
 Here a sharded parameter is a ``torch.nn.Parameter`` holding this rank's piece (any optimizer
 steps it) and ``module._fsdp_specs`` keeps each piece's DTensor spec; the full tensors are
-plain leaf tensors swapped in while the layer runs.
+plain leaf tensors swapped in while the layer runs. ``sharded_dtensors(module)`` pairs each
+piece with its spec, as torch's DTensor parameters are.
+
+A parameter that tensor parallelism already cut over ``mesh["tp"]`` (its spec in the owner's
+``_dtensor_specs``) is cut again on dim 0 over ``mesh["dp"]``, its tp piece standing for the
+whole; its spec then lies on the 2-D mesh (dp, tp) as ``_fsdp_param.py``'s
+``_init_sharding_spec_tp`` writes it: ``(_StridedShard(0, split_factor=k), *tp_placements)``
+where the tp placements cut dim 0 into k pieces (a Colwise weight or bias), else
+``(Shard(0), *tp_placements)`` (a Rowwise weight ``(S(0), S(1))``, its bias ``(S(0), R)``).
 """
 
 from __future__ import annotations
@@ -37,12 +45,14 @@ from torch import nn
 from retorch.profiler import record_function
 
 from . import collectives
+from .device_mesh import DeviceMesh
 from .fsdp import _tensors  # the tensors in a forward's output, as chapter 7's FSDP walks them
 from .tensor import debug
-from .tensor._api import DTensorSpec
+from .tensor._api import DTensor, DTensorSpec
+from .tensor._strided_shard import _StridedShard
 from .tensor.placement_types import Shard
 
-__all__ = ["FSDPParamGroup", "fully_shard"]
+__all__ = ["FSDPParamGroup", "fully_shard", "sharded_dtensors"]
 
 
 class _Param:
@@ -207,12 +217,7 @@ def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) 
     """Shard the parameters of ``module`` not already managed by an inner ``fully_shard``."""
     group = FSDPParamGroup(module, mesh, reshard_after_forward)
     module._fsdp_group = group
-    module._fsdp_specs = {
-        (p.module, p.name): DTensorSpec(
-            mesh, (Shard(0),), p.shape, _strides(p.shape), p.sharded.dtype
-        )  # fmt: skip
-        for p in group.params
-    }
+    module._fsdp_specs = {(p.module, p.name): _spmd_spec(p, mesh) for p in group.params}
     for p in group.params:
         if p.unsharded.requires_grad:
             p.unsharded.register_post_accumulate_grad_hook(group._param_ready)
@@ -229,3 +234,44 @@ def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) 
 
 def _strides(shape) -> tuple[int, ...]:
     return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def _spmd_spec(p: _Param, dp_mesh) -> DTensorSpec:
+    """The piece's spec: ``Shard(0)`` over ``dp_mesh``; for a tensor-parallel parameter, torch's
+    ``_init_sharding_spec_tp``: on the mesh (dp, tp), ``_StridedShard(0, split_factor=k)`` before
+    the tp placements when they cut dim 0 into k > 1 pieces, else ``Shard(0)``."""
+    tp = getattr(p.module, "_dtensor_specs", {}).get(p.name)
+    if tp is None:
+        return DTensorSpec(dp_mesh, (Shard(0),), p.shape, _strides(p.shape), p.sharded.dtype)
+    split_factor = math.prod(
+        tp.mesh.size(i) for i, q in enumerate(tp.placements) if q.is_shard(0)
+    )  # fmt: skip  (torch: ``num_shards_map[0]``)
+    dp = _StridedShard(0, split_factor=split_factor) if split_factor > 1 else Shard(0)
+    mesh = _concatenate(dp_mesh, tp.mesh)
+    return DTensorSpec(mesh, (dp, *tp.placements), tp.shape, tp.stride, tp.dtype)
+
+
+def _concatenate(dp_mesh, tp_mesh) -> DeviceMesh:
+    """The mesh (dp, tp) that ``dp_mesh`` and ``tp_mesh`` are slices of, through this rank
+    (torch's ``DeviceMesh._concatenate``): rank (i, j) is ``dp[i] + tp[j] - this rank``, the
+    slices' groups reused."""
+    me = dp_mesh.get_rank()
+    ranks = dp_mesh.mesh.reshape(-1, 1) + tp_mesh.mesh.reshape(1, -1) - me
+    names = None
+    if dp_mesh.mesh_dim_names and tp_mesh.mesh_dim_names:
+        names = dp_mesh.mesh_dim_names + tp_mesh.mesh_dim_names
+    return DeviceMesh(dp_mesh.device_type, ranks, mesh_dim_names=names,
+                      _groups=dp_mesh.get_all_groups() + tp_mesh.get_all_groups(),
+                      _strides=dp_mesh._strides + tp_mesh._strides)  # fmt: skip
+
+
+def sharded_dtensors(module: nn.Module) -> dict[str, DTensor]:
+    """Each parameter a ``fully_shard`` call under ``module`` manages, by its name under
+    ``module``: this rank's piece and its spec, as torch's sharded DTensor parameters are."""
+    specs = {}
+    for sub in module.modules():
+        group = getattr(sub, "_fsdp_group", None)
+        for p in group.params if group is not None else ():
+            specs[id(p.sharded)] = sub._fsdp_specs[(p.module, p.name)]
+    return {name: DTensor(p, specs[id(p)]) for name, p in module.named_parameters()
+            if id(p) in specs}  # fmt: skip

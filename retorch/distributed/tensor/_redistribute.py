@@ -39,7 +39,7 @@ def transform_infos(spec, target_placements) -> list[_TransformInfo]:
     for i, p in enumerate(src[:-1]):
         current = list(logical[i])
         if isinstance(p, Shard):
-            current[p.dim] = Shard.local_shard_size_and_offset(
+            current[p.dim] = p._local_shard_size_and_offset(
                 current[p.dim], mesh.size(i), mesh.get_local_rank(i)
             )[0]
         logical.append(tuple(current))

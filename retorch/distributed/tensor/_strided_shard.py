@@ -17,9 +17,13 @@ piece is its cut of every one of them, concatenated.
   from: the same cut replayed on the row indices (``arange``) says which gathered row is which
   (torch's "replay the replicate-to-shard process").
 
-Only the placement is rebuilt here; retorch's ``fully_shard`` does not yet produce it on a 2-D
-mesh, and ``_redistribute.transform_infos`` sizes the pieces of outer mesh dims as a plain
-Shard would (exact where the sizes divide evenly, as in the tests).
+- ``_local_shard_size_and_offset``: how many rows a rank holds (the same replay), which
+  ``_redistribute.transform_infos`` asks of an outer mesh dim to size what the inner dims cut:
+  on a 2x2 mesh, 6 rows as ``(_S(0, 2), S(0))`` leave 4 rows on dp rank 0 and 2 on dp rank 1,
+  not the 3 and 3 a plain Shard would.
+
+retorch's ``fully_shard`` over ``mesh["dp"]`` of a tensor-parallel parameter gives its piece
+this placement on the 2-D mesh (``fully_shard._spmd_spec``), as torch's ``_fsdp_param.py`` does.
 """
 
 from __future__ import annotations
@@ -77,6 +81,13 @@ class _StridedShard(Shard):
             longest = max(s.size(self.dim) for s in shards)
             pads = [longest - s.size(self.dim) for s in shards]
         return shards, pads
+
+    def _local_shard_size_and_offset(self, size: int, num_chunks: int, rank: int):
+        """The length of ``rank``'s piece and the first row it holds (-1 if none): the cut
+        replayed on the row indices, as torch's ``local_shard_size_and_offset`` does. Rows
+        9 cut 2 then 4 ways: pieces of 3, 3, 2, 1 rows where a plain Shard says 3, 3, 3, 0."""
+        rows = self._split_tensor(torch.arange(size), num_chunks, with_padding=False)[0][rank]
+        return rows.numel(), int(rows[0]) if rows.numel() else -1
 
     def _shard_tensor(self, tensor, mesh, mesh_dim: int, src_data_rank: int | None = 0):
         """This rank's piece; scattered from the dimension's rank ``src_data_rank``."""

@@ -96,6 +96,11 @@ class Shard(Placement):
         start = full * rank
         return max(0, min(size, start + full) - start), min(size, start)
 
+    def _local_shard_size_and_offset(self, size: int, num_chunks: int, rank: int):
+        """The length (and start) of ``rank``'s piece, as this placement cuts: what
+        ``_redistribute`` asks each outer mesh dim for (a ``_StridedShard`` cuts otherwise)."""
+        return Shard.local_shard_size_and_offset(size, num_chunks, rank)
+
     # ---- collectives -----------------------------------------------------------------------
     def _shard_tensor(self, tensor, mesh, mesh_dim: int, src_data_rank: int | None = 0):
         """This rank's piece, scattered from the dimension's rank ``src_data_rank``."""

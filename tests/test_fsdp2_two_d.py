@@ -1,0 +1,146 @@
+"""``fully_shard`` over ``mesh["dp"]`` of tensor-parallel parameters, against torch 2.13's.
+
+On gloo with 4 ranks, a 2x2 mesh ("dp", "tp"): an MLP block Colwise then Rowwise over
+``mesh["tp"]``, then ``fully_shard`` per Linear and at the root over ``mesh["dp"]`` (torch's
+2-D recipe), in each library. For every parameter (weights and biases of both Linears): the
+placements on the 2-D mesh equal torch's (``_fsdp_param.py``'s ``_init_sharding_spec_tp``:
+``(_S(0, 2), S(0))`` for the Colwise weight and bias, ``(S(0), S(1))`` and ``(S(0), R)`` for
+the Rowwise ones), this rank's piece equals torch's, and ``full_tensor()`` over the 2-D mesh
+gives back the whole parameter, with the collectives torch's issues. Two models: 16 rows
+(even) and 10 rows, whose tp pieces of 5 rows are cut 3 and 2 over dp (uneven: dp rank 0
+holds 6 of the 10 rows where a plain Shard would say 5).
+
+The same launch checks ``_redistribute.transform_infos`` on a ``_StridedShard`` of an outer
+mesh dim with uneven pieces (6 and 10 rows as ``(_S(0, 2), S(0))``; 9 rows as
+``(_S(0, 2), S(1))``): before the fix it sized the inner dim's pieces as a plain Shard, and
+``full_tensor`` came back with rows missing.
+
+Values are integers in float32: compared exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from retorch.distributed.launch import launch
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+#: (hidden rows of the Colwise Linear, rows of the Rowwise one)
+MODELS = [(16, 8), (10, 5)]
+
+#: (shape, placements) on the 2x2 mesh, cut by every rank itself (src_data_rank=None)
+STRIDED = [((6, 3), ("S2", "S0")), ((10, 2), ("S2", "S0")), ((9, 4), ("S2", "S1")),
+           ((7, 3), ("S2", "R"))]  # fmt: skip
+
+
+def _placements(lib: str, names) -> list:
+    if lib == "torch":
+        import torch.distributed.tensor as m
+        from torch.distributed.tensor.placement_types import _StridedShard
+    else:
+        import retorch.distributed.tensor as m
+        from retorch.distributed.tensor._strided_shard import _StridedShard
+    table = {"S2": lambda: _StridedShard(0, split_factor=2), "S0": lambda: m.Shard(0),
+             "S1": lambda: m.Shard(1), "R": m.Replicate}  # fmt: skip
+    return [table[n]() for n in names]
+
+
+def _two_d_fsdp(rank: int, world: int) -> dict:
+    from torch import nn
+
+    from retorch.distributed import demos
+    from retorch.distributed.device_mesh import init_device_mesh as r_init
+    from retorch.distributed.fully_shard import fully_shard as r_shard
+    from retorch.distributed.fully_shard import sharded_dtensors
+    from retorch.distributed.tensor import distribute_tensor as r_distribute
+    from retorch.distributed.tensor import parallel as r_par
+    from retorch.distributed.tensor.debug import CommDebugMode as RComm
+
+    with demos._quiet():
+        from torch.distributed.device_mesh import init_device_mesh as t_init
+        from torch.distributed.fsdp import fully_shard as t_shard
+        from torch.distributed.tensor import distribute_tensor as t_distribute
+        from torch.distributed.tensor import parallel as t_par
+        from torch.distributed.tensor.debug import CommDebugMode as TComm
+
+        libs = {
+            "torch": (t_init, t_shard, t_par, TComm),
+            "retorch": (r_init, r_shard, r_par, RComm),
+        }
+        meshes = {lib: init("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+                  for lib, (init, *_) in libs.items()}  # fmt: skip
+        out = {"models": [], "strided": []}
+        for hidden, rows in MODELS:
+            per_lib = {}
+            for lib, (_, shard, par, Comm) in libs.items():
+                mesh = meshes[lib]
+                torch.manual_seed(0)
+                mlp = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, rows))
+                with torch.no_grad():
+                    for p in mlp.parameters():
+                        p.copy_(torch.randint(-9, 10, p.shape))
+                whole = {n: p.detach().clone() for n, p in mlp.named_parameters()}
+                par.parallelize_module(mlp, mesh["tp"], {"0": par.ColwiseParallel(),
+                                                         "2": par.RowwiseParallel()})  # fmt: skip
+                for layer in (mlp[0], mlp[2], mlp):
+                    shard(layer, mesh=mesh["dp"])
+                params = dict(mlp.named_parameters()) if lib == "torch" else sharded_dtensors(mlp)
+                rec = {}
+                for name, p in params.items():
+                    with Comm() as mode:
+                        full = p.full_tensor()
+                    rec[name] = (str(p.device_mesh.mesh.tolist()), [str(q) for q in p.placements],
+                                 p.to_local().detach().clone(), demos._comm_counts(mode),
+                                 full.detach().clone(), whole[name])  # fmt: skip
+                per_lib[lib] = rec
+            out["models"].append(per_lib)
+        distribute = {"torch": t_distribute, "retorch": r_distribute}
+        for shape, names in STRIDED:
+            x = torch.arange(shape[0] * shape[1], dtype=torch.float32).view(shape)
+            per_lib = {}
+            for lib, (*_, Comm) in libs.items():
+                d = distribute[lib](x, meshes[lib], _placements(lib, names), src_data_rank=None)
+                with Comm() as mode:
+                    full = d.full_tensor()
+                per_lib[lib] = (d.to_local().clone(), demos._comm_counts(mode), full.clone())
+            out["strided"].append((shape, names, per_lib, x))
+        return out
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return launch(_two_d_fsdp, 4, timeout=150)
+
+
+@pytest.mark.slow  # one launch of 4 processes (~15 s), shared by the tests of this file
+def test_fully_shard_over_tp_gives_torch_s_2d_placements_pieces_and_full_tensors(ranks):
+    seen = set()
+    for rank, res in enumerate(ranks):
+        for (hidden, _rows), per_lib in zip(MODELS, res["models"], strict=True):
+            assert list(per_lib["retorch"]) == list(per_lib["torch"])  # the same 4 parameters
+            assert len(per_lib["torch"]) == 4
+            for name, theirs in per_lib["torch"].items():
+                mesh, placements, local, comms, full, whole = per_lib["retorch"][name]
+                case = (rank, hidden, name)
+                assert (mesh, placements) == theirs[:2], (case, placements, theirs[:2])
+                assert torch.equal(local, theirs[2]), (case, local, theirs[2])
+                assert comms == theirs[3], (case, comms, theirs[3])
+                assert torch.equal(theirs[4], whole) and torch.equal(full, whole), case
+                seen.add((name, tuple(placements)))
+            if hidden == 10:  # dp rank 0 holds 3 of each tp piece's 5 rows, dp rank 1 2
+                assert per_lib["retorch"]["0.weight"][2].shape[0] == (3 if rank < 2 else 2)
+    assert seen == {("0.weight", ("_S(0, 2)", "S(0)")), ("0.bias", ("_S(0, 2)", "S(0)")),
+                    ("2.weight", ("S(0)", "S(1)")), ("2.bias", ("S(0)", "R"))}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_uneven_strided_shard_on_an_outer_mesh_dim_gathers_as_torch_s(ranks):
+    for rank, res in enumerate(ranks):
+        for shape, names, per_lib, x in res["strided"]:
+            (t_local, t_comm, t_full), (r_local, r_comm, r_full) = per_lib.values()
+            case = (rank, shape, names)
+            assert torch.equal(r_local, t_local), (case, r_local, t_local)
+            assert r_comm == t_comm, (case, r_comm, t_comm)
+            assert torch.equal(t_full, x) and torch.equal(r_full, x), (case, r_full)
