@@ -93,6 +93,7 @@ class FSDPParamGroup:
                 owner._parameters[name] = param.sharded
                 self.params.append(param)
         self.is_unsharded = False
+        self._all_gather_output: torch.Tensor | None = None
         self.prefetch: FSDPParamGroup | None = None  # the group backward reaches next
         self.forward_order: list[FSDPParamGroup] = []
         self.grads_pending = 0
@@ -111,6 +112,9 @@ class FSDPParamGroup:
             send = torch.cat([p.padded_piece(p.sharded) for p in self.params])
             out = torch.empty(self.n * send.numel(), dtype=send.dtype)
             collectives.all_gather(out, send, group=self.group)
+        # held on the group until copied out, as torch's ``_all_gather_result`` is (it waits
+        # there longer: torch copies out in ``wait_for_unshard``, when the layer runs)
+        self._all_gather_output = out
         per_rank, offset = out.view(self.n, -1), 0
         for p in self.params:
             rows = per_rank[:, offset : offset + p.padded_numel]
@@ -122,6 +126,7 @@ class FSDPParamGroup:
                 p.unsharded.copy_(full)
             p.module._parameters[p.name] = p.unsharded
             offset += p.padded_numel
+        self._all_gather_output = None
         self.is_unsharded = True
 
     def reshard(self) -> None:
