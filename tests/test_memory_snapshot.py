@@ -1,0 +1,453 @@
+"""retorch's ``_record_memory_history`` / ``_snapshot`` (retorch/cuda_memory.py) against torch's
+format (``torch/cuda/memory.py``'s documented ``Snapshot``, ``torch/csrc/cuda/memory_snapshot.cpp``'s
+keys) and read by torch's own viewer (``torch/cuda/_memory_viz.py``: ``segsum``, ``trace``,
+``trace_plot``), whose text must agree with the allocator's ``memory_stats()``. The allocator
+model runs here without a device (fake addresses); the CUDA tensors' allocator under the
+simulator; on a GPU, one test replays the same trace through ``torch.cuda`` with torch's
+history on and compares the two histories entry by entry."""
+
+import base64
+import gc
+import inspect
+import json
+import pickle
+import re
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.cuda import _memory_viz as mv
+
+import retorch  # noqa: F401  (chooses the simulator before numba.cuda is imported)
+from retorch import cuda_memory as cm
+from retorch.tensor import allocator as A
+from retorch.tensor.allocator import CUDACachingAllocator, random_trace
+
+MiB = 2**20
+
+
+def recorded(device_bytes=2**40, **kwargs):
+    a = CUDACachingAllocator(device_bytes)
+    cm._record_memory_history("all", stacks="python", allocator=a, **kwargs)
+    return a
+
+
+def entries(a):
+    return [(e["action"], e["addr"], e["size"], e["stream"]) for e in cm._snapshot(allocator=a)
+            ["device_traces"][0]]  # fmt: skip
+
+
+def test_trace_entries_are_torchs_actions_in_torchs_order():
+    """The actions ``DeviceCachingAllocator`` records, in its order: a cudaMalloc before the
+    alloc it serves (SEGMENT_ALLOC in ``alloc_block``), the requested size on alloc and frees,
+    FREE_REQUESTED then FREE_COMPLETED for a plain free, FREE_COMPLETED held back until the
+    event of a ``record_stream`` use is done (found by the next malloc's ``process_events``),
+    SEGMENT_FREE by ``empty_cache`` for whole free segments only."""
+    a = recorded()
+    base = A.FAKE_BASE_ADDRESS
+    small = a.malloc(1000)
+    big = a.malloc(30 * MiB, stream=0)
+    side = a.malloc(5000, stream=1)
+    a.free(big)
+    a.record_stream(small, 7)
+    a.free(small)
+    again = a.malloc(100)  # small's event pending: not reused, split off the same segment
+    a.stream_synchronize(7)
+    last = a.malloc(200)  # process_events: small's free completes, then the alloc reuses it
+    a.free(side)
+    a.empty_cache()
+    seg2, seg3 = base + 2 * MiB, base + 32 * MiB
+    assert entries(a) == [
+        ("segment_alloc", base, 2 * MiB, 0),
+        ("alloc", base, 1000, 0),
+        ("segment_alloc", seg2, 30 * MiB, 0),
+        ("alloc", seg2, 30 * MiB, 0),
+        ("segment_alloc", seg3, 2 * MiB, 1),
+        ("alloc", seg3, 5000, 1),
+        ("free_requested", seg2, 30 * MiB, 0),
+        ("free_completed", seg2, 30 * MiB, 0),
+        ("free_requested", base, 1000, 0),
+        ("alloc", base + 1024, 100, 0),
+        ("free_completed", base, 1000, 0),
+        ("alloc", base, 200, 0),  # best fit: the freed 1024 bytes, smallest that fits
+        ("free_requested", seg3, 5000, 1),
+        ("free_completed", seg3, 5000, 1),
+        ("segment_free", seg2, 30 * MiB, 0),
+        ("segment_free", seg3, 2 * MiB, 1),
+    ]
+    assert again.ptr == base + 1024 and last.ptr == base
+    cm._record_memory_history(None, allocator=a)
+
+
+def torch_snapshot_schema() -> dict[str, dict[str, str]]:
+    """The TypedDicts of ``torch.cuda.memory._snapshot``'s docstring (the installed torch):
+    class name -> field -> the field's type text (comments dropped)."""
+    doc = inspect.getdoc(torch.cuda.memory._snapshot)
+    schema, fields, name, indent = {}, None, None, 0
+    for line in doc.splitlines():
+        m = re.match(r"(\s*)class (\w+)\(TypedDict\):", line)
+        if m:
+            fields, indent = schema.setdefault(m.group(2), {}), len(m.group(1)) + 4
+            continue
+        code = line.split("#")[0].rstrip()
+        m = re.match(r"(\s*)(\w+): ?(.*)$", code)
+        if fields is not None and m and len(m.group(1)) == indent:
+            name = m.group(2)
+            fields[name] = m.group(3)
+        elif fields is not None and name and code.strip():
+            fields[name] += code.strip()
+    return schema
+
+
+def check_value(kind: str, value, schema, where: str) -> None:
+    py = {"int": int, "str": str}
+    if kind in py:
+        assert isinstance(value, py[kind]) and not isinstance(value, bool), (where, value)
+    elif kind.startswith("Literal"):
+        allowed = set(re.findall(r'"(\w+)"', kind))
+        # the docstring's "active_awaiting_free" is written "active_pending_free" by
+        # memory_snapshot.cpp (and _memory_viz reads only "active_allocated")
+        allowed |= {"active_pending_free"} if "active_awaiting_free" in allowed else set()
+        assert value in allowed, (where, value, allowed)
+    elif kind.startswith("Tuple"):
+        assert isinstance(value, tuple) and all(isinstance(v, int) for v in value), (where, value)
+    elif kind.startswith("List["):
+        inner = kind[5:-1]
+        assert isinstance(value, list), (where, value)
+        for i, v in enumerate(value):
+            check_value(inner, v, schema, f"{where}[{i}]")
+    else:
+        check_dict(kind, value, schema, where)
+
+
+OPTIONAL = {
+    "Frame": {"fx_node_op", "fx_node_name", "fx_original_trace"},  # augment_with_fx_traces only
+    "TraceEntry": {"addr", "device_free", "frames"},  # addr / device_free: oom or not; frames:
+}  # only with context (memory_snapshot.cpp inserts "frames" when te.context_ is set)
+
+
+def check_dict(cls: str, d: dict, schema, where: str) -> None:
+    assert isinstance(d, dict), (where, d)
+    fields = schema[cls]
+    missing = set(fields) - set(d) - OPTIONAL.get(cls, set())
+    assert not missing, f"{where}: {cls} lacks {missing}"
+    for key, kind in fields.items():
+        if key in d:
+            check_value(kind, d[key], schema, f"{where}.{key}")
+
+
+def test_snapshot_has_every_key_and_type_of_torchs_documented_format():
+    schema = torch_snapshot_schema()
+    assert {"Snapshot", "Segment", "Block", "Frame", "TraceEntry"} <= set(schema)
+    assert "segment_type" in schema["Segment"] and "action" in schema["TraceEntry"]
+    a = recorded()
+    keep = [a.malloc(n, stream=s) for n, s in [(100, 0), (3 * MiB, 0), (700, 2), (200, 0)]]
+    a.record_stream(keep[3], 5)
+    a.free(keep[3])  # active_pending_free
+    a.free(keep[0])  # inactive block in a split segment
+    before = cm._snapshot(allocator=a)
+    check_dict("Snapshot", before, schema, "snapshot")
+    states = {b["state"] for s in before["segments"] for b in s["blocks"]}
+    assert states == {"active_allocated", "active_pending_free", "inactive"}
+    with pytest.raises(A.OutOfMemoryError):  # synchronize_and_free_events, the release
+        a.malloc(2**41)  # of the now whole segment, then "oom" (device_free, no addr)
+    snap = cm._snapshot(allocator=a)
+    check_dict("Snapshot", snap, schema, "snapshot")
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert set(actions) == set(cm.ACTIONS) and actions[-3:] == [
+        "free_completed",
+        "segment_free",
+        "oom",
+    ]
+    oom = snap["device_traces"][0][-1]
+    assert "addr" not in oom and oom["device_free"] == 2**40 - a.memory_reserved()
+    # the keys memory_snapshot.cpp writes beyond the docstring, as retorch writes them
+    assert set(snap) == {"segments", "device_traces", "allocator_settings", "external_annotations"}
+    assert {"device", "is_expandable", "requested_size"} <= set(snap["segments"][0])
+    assert {"time_us", "compile_context", "user_metadata"} <= set(oom)
+    pickle.loads(pickle.dumps(snap))  # _dump_snapshot's pickle round-trips
+    cm._record_memory_history(None, allocator=a)
+
+
+def segsum_figures(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^(segments|total_reserved|total_allocated): (\S+)$", text, re.M))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_torchs_viewer_reads_the_snapshot_and_agrees_with_memory_stats(seed):
+    """300 random requests of 1 B to 48 MiB (both pools, splits, merges, large segments) and an
+    ``empty_cache`` halfway: torch's ``segsum`` totals equal the allocator's counters (reserved
+    bytes, requested bytes of live blocks, segment count), its ``trace`` has one line per entry
+    of each kind, and ``trace_plot``'s HTML carries the snapshot pickled."""
+    a = recorded()
+    trace = random_trace(300, seed=seed)
+    A.replay(trace[:150] + [("empty_cache",)] + trace[150:], allocator=a)
+    snap = cm._snapshot(allocator=a)
+    stats = a.memory_stats()
+    got = segsum_figures(mv.segsum(snap))
+    assert got == {
+        "segments": str(stats["segment.all.current"]),
+        "total_reserved": repr(mv.Bytes(stats["reserved_bytes.all.current"])),
+        "total_allocated": repr(mv.Bytes(stats["requested_bytes.all.current"])),
+    }
+    assert sum(s["allocated_size"] for s in snap["segments"]) == a.memory_allocated()
+    counts = cm.action_counts(snap)
+    assert counts["segment_free"] > 0 and counts["alloc"] > counts["free_completed"] > 0
+    assert counts["segment_alloc"] - counts["segment_free"] == stats["segment.all.current"]
+    assert counts["segment_alloc"] == stats["segment.all.allocated"]  # from a fresh allocator
+    text = mv.trace(snap)
+    lines = text.splitlines()
+    assert lines[1] == f"{sum(counts.values())} entries"
+    assert sum(x.startswith("del ") for x in lines) == counts["free_requested"]
+    assert sum(x.startswith("# free completed") for x in lines) == counts["free_completed"]
+    assert sum("= cudaMalloc(" in x for x in lines) == counts["segment_alloc"]
+    assert sum(x.startswith("cudaFree(") for x in lines) == counts["segment_free"]
+    # the bytes live by the trace (alloc - free_completed) are the allocator's requested bytes
+    live_bytes = sum(e["size"] if e["action"] == "alloc" else -e["size"]
+                     for e in snap["device_traces"][0]
+                     if e["action"] in ("alloc", "free_completed"))  # fmt: skip
+    assert live_bytes == stats["requested_bytes.all.current"]
+    html = mv.trace_plot(snap)
+    payload = json.loads(re.search(r"const local_files = (.*)\n", html).group(1))
+    assert pickle.loads(base64.b64decode(payload[0]["base64"])) == snap
+    cm._record_memory_history(None, allocator=a)
+
+
+def test_context_levels_put_frames_where_torch_does():
+    """RecordContext: "state" frames on live blocks only, "alloc" also on alloc entries (and on
+    FREE_COMPLETED, which takes the block's alloc frames), "all" also on FREE_REQUESTED (the
+    free's own frames); None: no frames. Frames are this file's, innermost first."""
+    here = __file__
+
+    def run(context):
+        a = CUDACachingAllocator(2**40)
+        cm._record_memory_history("all", context=context, stacks="python", allocator=a)
+        line_alloc = sys._getframe().f_lineno + 1
+        x, y = a.malloc(100), a.malloc(200)
+        line_free = sys._getframe().f_lineno + 1
+        a.free(x)
+        snap = cm._snapshot(allocator=a)
+        cm._record_memory_history(None, allocator=a)
+        frames = {e["action"]: e.get("frames") for e in snap["device_traces"][0]}
+        block = next(b for b in snap["segments"][0]["blocks"] if b["state"] == "active_allocated")
+        return frames, block["frames"], line_alloc, line_free, y
+
+    frames, block, la, lf, _ = run(None)
+    assert block == [] and all(f is None for f in frames.values())
+    frames, block, la, lf, _ = run("state")
+    assert block[0] == {"filename": here, "line": la, "name": "run"}
+    assert all(f is None for f in frames.values())
+    frames, block, la, lf, _ = run("alloc")
+    assert frames["alloc"][0]["line"] == la and frames["free_requested"] is None
+    assert frames["free_completed"][0]["line"] == la  # the block's alloc frames
+    frames, block, la, lf, _ = run("all")
+    assert frames["free_requested"][0] == {"filename": here, "line": lf, "name": "run"}
+    assert frames["free_completed"][0]["line"] == lf
+    assert frames["alloc"][1]["name"] == "test_context_levels_put_frames_where_torch_does"
+    assert not any("allocator.py" in f["filename"] for f in frames["alloc"])
+
+
+def test_stacks_python_leaves_out_the_frames_that_stand_for_torchs_cpp():
+    """``A.replay`` (retorch/tensor/, torch's C++ side) calls malloc: with stacks="python" the
+    innermost frame is this test's, with "all" it is replay's."""
+    got = {}
+    for stacks in ("python", "all"):
+        a = CUDACachingAllocator(2**30)
+        cm._record_memory_history("all", stacks=stacks, allocator=a)
+        A.replay([("alloc", 0, 100)], allocator=a)
+        got[stacks] = cm._snapshot(allocator=a)["device_traces"][0][-1]["frames"][0]["name"]
+        cm._record_memory_history(None, allocator=a)
+    assert got == {"python": "test_stacks_python_leaves_out_the_frames_that_stand_for_torchs_cpp",
+                   "all": "replay"}  # fmt: skip
+
+
+def test_max_entries_keeps_the_newest_and_state_keeps_one():
+    a = recorded(max_entries=3)
+    for n in (100, 200, 300):
+        a.malloc(n)
+    assert [e[0] for e in entries(a)] == ["alloc"] * 3
+    assert [e[2] for e in entries(a)] == [100, 200, 300]
+    cm._record_memory_history("state", allocator=a)  # max_entries becomes 1
+    a.malloc(400)
+    assert [e[2] for e in entries(a)] == [400]
+    cm._record_memory_history(None, allocator=a)  # stops and clears
+    a.malloc(500)
+    assert entries(a) == []
+
+
+def test_misuse_raises_torchs_exception_types_and_messages():
+    """memory_snapshot.cpp's checkOptionIn: TORCH_CHECK, a RuntimeError, with these texts."""
+    a = CUDACachingAllocator(2**30)
+    for kwargs, text in [
+        ({"enabled": "yes"}, "expected state to be 'state', 'all', or None"),
+        ({"context": "stack"}, "expected context to be 'state', 'alloc', 'all', or None"),
+        ({"stacks": "cpp"}, "expected stacks to be 'python', or 'all'"),
+        ({"skip_actions": ["allocate"]}, "skip_actions"),
+    ]:
+        with pytest.raises(RuntimeError, match=re.escape(text)):
+            cm._record_memory_history(allocator=a, **kwargs)
+    assert "malloc" not in vars(a)  # nothing installed by a refused call
+    with pytest.raises(RuntimeError, match="invalid device pointer"):
+        recorded().free(12345)
+
+
+def test_stopping_restores_the_allocator_and_the_collector():
+    a = CUDACachingAllocator(2**30)
+    was = gc.isenabled()
+    cm._record_memory_history("all", allocator=a)
+    assert not gc.isenabled() and "malloc" in vars(a)
+    cm._record_memory_history("all", allocator=a)  # again: not wrapped twice
+    a.free(a.malloc(10))
+    assert [e[0] for e in entries(a)].count("alloc") == 1
+    cm._record_memory_history(None, allocator=a)
+    assert gc.isenabled() == was
+    assert not set(vars(a)) & {"malloc", "free", "free_block", "alloc_block", "release_block"}
+    b = a.malloc(10)
+    assert b.ptr == A.FAKE_BASE_ADDRESS
+
+
+def test_skip_actions_leaves_those_entries_out():
+    a = recorded(skip_actions=["free_requested", "segment_alloc"])
+    a.free(a.malloc(10))
+    assert [e[0] for e in entries(a)] == ["alloc", "free_completed"]
+    cm._record_memory_history(None, allocator=a)
+
+
+# -- retorch's CUDA tensors: the caching allocator every CUDA storage uses -------------------
+
+
+def mlp_step_snapshot():
+    """One training step of chapter 8c's model on retorch's CUDA tensors, recorded: the
+    snapshot and the allocator's counters at the same moment."""
+    import retorch.autograd as ra
+    import retorch.tensor as rt
+
+    backend = ra.set_array_backend("retorch")
+    rng = np.random.default_rng(0)
+
+    def dev(shape):
+        return rt.tensor(rng.standard_normal(shape).astype(np.float32), device="cuda")
+
+    try:
+        p = {k: ra.tensor(dev(s), requires_grad=True) for k, s in cm.TINY_SHAPES.items()}
+        x, y = ra.tensor(dev((2, 3))), ra.tensor(dev((2, 2)))
+        cm._record_memory_history("all", stacks="python")
+        try:
+            cm._mlp_step("retorch", p, x, y)
+            return cm._snapshot(), A.memory_stats()
+        finally:
+            cm._record_memory_history(None)
+    finally:
+        ra.set_array_backend(backend)
+
+
+@pytest.mark.simulator
+@pytest.mark.slow  # about 1 s under the simulator
+def test_a_training_step_of_retorch_cuda_tensors_in_torchs_viewer():
+    snap, stats = mlp_step_snapshot()
+    assert segsum_figures(mv.segsum(snap)) == {
+        "segments": str(stats["segment.all.current"]),
+        "total_reserved": repr(mv.Bytes(stats["reserved_bytes.all.current"])),
+        "total_allocated": repr(mv.Bytes(stats["requested_bytes.all.current"])),
+    }
+    counts = cm.action_counts(snap)
+    # the update writes the parameters in place (out=): every block the step takes is a
+    # temporary, given back within the step
+    assert counts["alloc"] == counts["free_completed"] == counts["free_requested"] > 10
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    assert all(e["frames"][0]["filename"] != A.__file__ for e in allocs)
+    assert any(e["frames"][0]["name"] == "_mlp_step" for e in allocs)
+    assert "malloc" not in vars(A._settled())
+
+
+@pytest.mark.simulator
+@pytest.mark.slow  # about 1 s under the simulator
+def test_record_stream_free_completes_when_the_side_stream_is_done():
+    import retorch.cuda as rc
+    import retorch.tensor as rt
+
+    gc.collect()
+    x = rt.empty(256, dtype=rt.float32, device="cuda")
+    ptr, side = x.data_ptr(), rc.Stream()
+    with rc.stream(side):
+        _ = x * 2
+    x.record_stream(side)
+    cm._record_memory_history("all")
+    try:
+        del x
+        gc.collect()
+        before = cm._snapshot()
+        side.synchronize()
+        rt.empty(1, dtype=rt.float32, device="cuda")  # malloc: process_events
+        after = cm._snapshot()
+    finally:
+        cm._record_memory_history(None)
+    acts = [(e["action"], e["addr"]) for e in before["device_traces"][0]]
+    assert ("free_requested", ptr) in acts and ("free_completed", ptr) not in acts
+    state = {b["address"]: b["state"] for s in before["segments"] for b in s["blocks"]}
+    assert state[ptr] == "active_pending_free"
+    acts = [(e["action"], e["addr"]) for e in after["device_traces"][0]]
+    assert acts.index(("free_completed", ptr)) < [a for a, _ in acts].index("alloc")
+
+
+@pytest.mark.simulator
+@pytest.mark.slow  # about 2 s under the simulator
+def test_the_gpu_comparison_runs_its_retorch_half_without_a_gpu():
+    out = cm.compare_training_step(batch=2, shapes=cm.TINY_SHAPES)
+    counts = out["retorch"]["counts"]
+    assert counts["alloc"] == counts["free_completed"] > 10
+    assert 0 < out["retorch"]["trace_peak_bytes"] <= out["retorch"]["max_memory_allocated"]
+    if not torch.cuda.is_available():
+        assert out["torch"] is None and out["torch_skipped"]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="torch's _record_memory_history needs a CUDA GPU; this machine has none (the CPU "
+    "build has no torch._C._cuda_record_memory_history)",
+)
+def test_the_history_matches_torchs_entry_by_entry_on_a_gpu():
+    """The same 300 random requests (and the frees of what is left) replayed in torch.cuda on a
+    fresh stream and in the model placed at torch's addresses (``SameAddresses``): the two
+    histories have the same actions, addresses and sizes in the same order, and torch's own
+    ``_record_memory_history`` rejects the same misuse with the same type and text."""
+    from torch.cuda import memory as tm
+
+    for kwargs in ({"enabled": "yes"}, {"context": "stack"}, {"stacks": "cpp"}):
+        with pytest.raises(RuntimeError) as theirs:
+            tm._record_memory_history(**kwargs)
+        with pytest.raises(RuntimeError) as ours:
+            cm._record_memory_history(allocator=CUDACachingAllocator(2**30), **kwargs)
+        assert str(ours.value) in str(theirs.value)
+    trace = random_trace(300, seed=0)
+    freed = {e[1] for e in trace if e[0] == "free"}
+    trace += [("free", e[1]) for e in trace if e[0] == "alloc" and e[1] not in freed]
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    same = A.SameAddresses(torch.cuda.memory_snapshot)
+    model = CUDACachingAllocator(
+        torch.cuda.get_device_properties(0).total_memory, same.malloc, same.free,
+        max_split_size=torch.cuda.memory_stats().get("max_split_size", -1) % 2**64,
+    )  # fmt: skip
+    sid = stream.cuda_stream
+    cm._record_memory_history("all", context=None, allocator=model)
+    tm._record_memory_history("all", context=None)
+    tensors, blocks = {}, {}
+    try:
+        with torch.cuda.stream(stream):
+            for event in trace:
+                if event[0] == "alloc":
+                    tensors[event[1]] = torch.empty(event[2], dtype=torch.uint8, device="cuda")
+                    blocks[event[1]] = model.malloc(event[2], sid)
+                else:
+                    del tensors[event[1]]
+                    model.free(blocks.pop(event[1]))
+        theirs = [(e["action"], e["addr"], e["size"], e["stream"])
+                  for e in tm._snapshot()["device_traces"][torch.cuda.current_device()]
+                  if e["stream"] == sid]  # fmt: skip
+    finally:
+        tm._record_memory_history(None)
+        cm._record_memory_history(None, allocator=model)
+    ours = entries(model)
+    assert len(ours) == len(theirs) and ours == theirs
