@@ -26,8 +26,6 @@ allocator involved).
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from retorch.distributed import demos_fsdp2_memory as mem
@@ -39,17 +37,6 @@ EVEN, UNEVEN = (8, 16, 16, 4), (8, 16, 5, 3)
 @pytest.fixture(scope="module")
 def ranks():
     return launch(mem.fsdp2_memory, 2, [EVEN, UNEVEN], timeout=150)
-
-
-def _padding(sizes, n: int, rank: int) -> tuple[int, int]:
-    """(S, U): bytes of float32 padding in rank's sharded pieces and in the unsharded tensors."""
-    sharded = unsharded = 0
-    for cols, rows in zip(sizes, sizes[1:], strict=False):
-        padded = math.ceil(rows / n)
-        mine = max(0, min(rows, padded * (rank + 1)) - padded * rank)
-        sharded += (padded - mine) * (cols + 1) * 4  # weight row + bias
-        unsharded += (n * padded - rows) * (cols + 1) * 4
-    return sharded, unsharded
 
 
 @pytest.mark.slow  # one launch of 2 processes (~10 s), shared by the tests of this file
@@ -78,7 +65,7 @@ def test_uneven_rows_torch_holds_exactly_its_padding_more(ranks):
         "after zero_grad": (1, 0),
     }  # fmt: skip  phase -> (times S, times U)
     for rank, res in enumerate(ranks):
-        s, u = _padding(UNEVEN, 2, rank)
+        s, u = mem.padding_bytes(UNEVEN, 2, rank)
         assert (s, u) == ((0, 92) if rank == 0 else (92, 92))
         for phase, reshard, theirs, ours in mem.memory_table(res, UNEVEN):
             want = {**extra, "after forward": (1, 0 if reshard else 1)}.get(phase)

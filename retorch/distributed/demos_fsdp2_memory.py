@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["PHASES", "fsdp2_memory", "memory_table"]
+__all__ = ["PHASES", "fsdp2_memory", "memory_table", "padding_bytes"]
 
 PHASES = ("after init", "forward peak", "after forward", "backward peak", "after backward",
           "after step", "after zero_grad")  # fmt: skip
@@ -140,3 +140,16 @@ def memory_table(res: dict, sizes: tuple[int, ...]) -> list[tuple]:
     return [(phase, reshard, res[(sizes, "torch", reshard)][phase],
              res[(sizes, "retorch", reshard)][phase])
             for reshard in (True, False) for phase in PHASES]  # fmt: skip
+
+
+def padding_bytes(sizes: tuple[int, ...], n: int, rank: int) -> tuple[int, int]:
+    """(S, U): the float32 bytes of padding torch adds to ``rank``'s sharded pieces (each
+    padded to ``ceil(rows / n)`` rows) and to the unsharded tensors (``n * ceil(rows / n)``
+    rows), over the MLP's Linears (a weight row of ``cols`` floats and a bias per row)."""
+    sharded = unsharded = 0
+    for cols, rows in zip(sizes, sizes[1:], strict=False):
+        padded = -(-rows // n)
+        mine = max(0, min(rows, padded * (rank + 1)) - padded * rank)
+        sharded += (padded - mine) * (cols + 1) * 4
+        unsharded += (n * padded - rows) * (cols + 1) * 4
+    return sharded, unsharded

@@ -1,7 +1,8 @@
-"""Chapter 7's two side-by-side cells for ``Partial("max")`` and ``_StridedShard``.
+"""Chapter 7's side-by-side cell for ``Partial("max")`` (the ``_StridedShard`` cell's demo is
+``demos_fsdp2_two_d``).
 
 Run in ranks by ``launch`` (each function is ``fn(rank, world)``); the tests that check the
-same things case by case are tests/test_dtensor_partial_minmax.py and tests/test_strided_shard.py.
+same things case by case are tests/test_dtensor_partial_minmax.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import torch
 
 from .demos import _dtensor_libs, _quiet, _short
 
-__all__ = ["minmax_placements", "strided_shard_pieces"]
+__all__ = ["minmax_placements"]
 
 #: (expression, input placement, the op): a (5, 3) tensor, cut 3 + 2 rows on 2 ranks
 MINMAX_CASES = [
@@ -53,47 +54,4 @@ def minmax_placements(rank: int, world: int) -> list[tuple]:
                 rec[name] = (str(out.placements[0]), _short(mode), out.to_local().clone())
             same = torch.equal(rec["torch"][2], rec["retorch"][2])
             rows.append((expr, where, *rec["torch"][:2], *rec["retorch"][:2], same))
-    return rows
-
-
-def strided_shard_pieces(rank: int, world: int) -> list[tuple]:
-    """torch's 2-D recipe on a 2x2 mesh (an MLP 8 -> 16 -> 8, Colwise then Rowwise over "tp",
-    ``fully_shard`` over "dp"): per parameter, torch's placements, and whether retorch's
-    ``distribute_tensor`` with them gives this rank torch's piece and ``full_tensor`` the
-    whole parameter."""
-    from torch import nn
-
-    from .device_mesh import init_device_mesh as r_init
-    from .tensor import Replicate, Shard, distribute_tensor
-    from .tensor._strided_shard import _StridedShard
-
-    with _quiet():
-        from torch.distributed.device_mesh import init_device_mesh as t_init
-        from torch.distributed.fsdp import fully_shard
-        from torch.distributed.tensor import Shard as TShard
-        from torch.distributed.tensor.parallel import (
-            ColwiseParallel,
-            RowwiseParallel,
-            parallelize_module,
-        )
-        from torch.distributed.tensor.placement_types import _StridedShard as TStrided
-
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
-        whole = {n: p.detach().clone() for n, p in model.named_parameters()}
-        t_mesh = t_init("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        r_mesh = r_init("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        parallelize_module(model, t_mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        for layer in (model[0], model[2]):
-            fully_shard(layer, mesh=t_mesh["dp"])
-        fully_shard(model, mesh=t_mesh["dp"])
-        rows = []
-        for name, p in model.named_parameters():
-            ours = [_StridedShard(q.dim, split_factor=q.split_factor) if isinstance(q, TStrided)
-                    else Shard(q.dim) if isinstance(q, TShard) else Replicate()
-                    for q in p.placements]  # fmt: skip
-            d = distribute_tensor(whole[name], r_mesh, ours)
-            same = torch.equal(d.to_local(), p.to_local().detach())
-            rows.append((name, ", ".join(map(str, p.placements)), same,
-                         torch.equal(d.full_tensor(), whole[name])))  # fmt: skip
     return rows
