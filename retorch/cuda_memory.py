@@ -64,7 +64,7 @@ class _History:
     frames of live blocks (``context_when_allocated``) and of segments."""
 
     def __init__(self, allocator):
-        self.allocator = allocator
+        self._allocator = weakref.ref(allocator)  # _HISTORIES' value must not keep its key
         self.enabled = False
         self.level = 0
         self.max_entries = sys.maxsize
@@ -111,7 +111,7 @@ class _History:
     # -- the allocator's steps, wrapped on the instance -----------------------------------------
 
     def install(self) -> None:
-        a = self.allocator
+        a = self._allocator()
         self.saved = {name: vars(a)[name] for name in _WRAPPED if name in vars(a)}
         inner = {name: getattr(a, name) for name in _WRAPPED}
 
@@ -168,7 +168,7 @@ class _History:
             setattr(a, name, fn)
 
     def uninstall(self) -> None:
-        a = self.allocator
+        a = self._allocator()
         for name in _WRAPPED:
             vars(a).pop(name, None)
         for name, fn in self.saved.items():

@@ -9,6 +9,8 @@ in its own process with its own timeout (one failure does not stop the others):
 3. ``launch``    host cost of one 1-element CUDA add (``retorch.tensor`` and chapter 5's
                  ``retorch.Tensor`` with autograd), and a cProfile of N launches (top entries),
                  so chapter 4 can show where a launch's microseconds go;
+   ``memory``    one training step recorded by torch's ``_record_memory_history`` and by
+                 retorch's (``tools/gpu_memory_history.py``): trace actions counted, peaks;
 4. ``bench:*``   every GPU benchmark section (``tools/bench.py --gpu``), one process each;
 5. ``tests``     the CUDA tests with the simulator off;
 6. ``notebooks`` nbval of the CUDA chapters with the simulator off;
@@ -64,6 +66,7 @@ TESTS = [
     "tests/test_cuda_vector.py",
     "tests/test_cuda_streams.py",  # streams, events, record_stream with real events
     "tests/test_cuda_graphs.py",
+    "tests/test_memory_snapshot.py",  # the memory history entry by entry beside torch's
 ]
 
 
@@ -329,6 +332,12 @@ def main() -> int:
         results["launch"] = json.loads(launch_file.read_text())
         for folder in report_folders(out, args.dry):
             shutil.copy(launch_file, folder / "launch.json")
+
+    memory_file = out / "gpu-report" / "memory_history.json"
+    cmd = [py, "-m", "tools.gpu_memory_history", "--to", str(memory_file), *quick]
+    if report.run("memory", cmd, 60) and memory_file.is_file():
+        for folder in report_folders(out, args.dry):
+            shutil.copy(memory_file, folder / "memory_history.json")
 
     from tools.bench import gpu_names
 
