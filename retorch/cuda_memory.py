@@ -25,8 +25,8 @@ torch's. With ``stacks="python"`` the frames inside ``retorch/tensor/``, ``retor
 and ``retorch/dispatch/`` are left out: they stand for torch's C++ (ATen, c10's allocator, the
 autograd engine), which has no Python frames, so an allocation points at the user's line, as
 torch's does; ``stacks="all"`` keeps them, as torch's adds its C++ frames (``at::native::mm``,
-``MmBackward0::apply``). Garbage collection of cycles is paused while recording (so the history
-is the same on every run) and restored when it stops.
+``MmBackward0::apply``). While the CUDA tensors' allocator records, garbage collection of
+cycles is paused (so the history is the same on every run), and restored when it stops.
 
 Left out: the legacy boolean form of ``_record_memory_history``, ``compile_context`` and
 ``global_record_annotations`` (accepted, no effect), expandable segments' ``segment_map``, the
@@ -74,7 +74,7 @@ class _History:
         self.block_frames: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.segment_frames: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.saved: dict = {}
-        self.gc_was_enabled = True
+        self.gc_was_enabled = gc.isenabled()
         self.ctx = None  # the context gathered by the malloc / free being run
 
     # -- RecordContext and CapturedTraceback::gather --------------------------------------------
@@ -221,18 +221,18 @@ def _record_memory_history(
         raise RuntimeError(f"skip_actions: unknown action types {unknown}, expected {ACTIONS}")
     h = _history(allocator)
     if enabled is not None and not h.enabled:
-        gc.collect()
-        if allocator is None:
+        if allocator is None:  # CUDA storages: their frees come from the collector
+            gc.collect()
             _alloc._settled()
-        h.gc_was_enabled = gc.isenabled()
-        gc.disable()
+            h.gc_was_enabled = gc.isenabled()
+            gc.disable()
         h.install()
     elif enabled is None and h.enabled:
         if allocator is None:
             _alloc._settled()  # the frees that arrived while recording are recorded
+            if h.gc_was_enabled:
+                gc.enable()
         h.uninstall()
-        if h.gc_was_enabled:
-            gc.enable()
     h.enabled = enabled is not None
     h.level = _CONTEXT_LEVEL[context] if h.enabled else 0
     h.max_entries = max_entries if enabled == "all" else 1
