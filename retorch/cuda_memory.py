@@ -277,10 +277,12 @@ def _snapshot(device=None, augment_with_fx_traces: bool = False, *, allocator=No
     }
 
 
-def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces=False) -> None:
+def _dump_snapshot(
+    filename: str = "dump_snapshot.pickle", augment_with_fx_traces=False, *, allocator=None
+) -> None:
     """``torch.cuda.memory._dump_snapshot``: ``_snapshot()`` pickled into ``filename``, which
     pytorch.org/memory_viz and ``python -m torch.cuda._memory_viz`` open."""
-    s = _snapshot(augment_with_fx_traces=augment_with_fx_traces)
+    s = _snapshot(augment_with_fx_traces=augment_with_fx_traces, allocator=allocator)
     with open(filename, "wb") as f:
         pickle.dump(s, f)
 

@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.cuda import _memory_viz as mv
 
 import retorch  # noqa: F401  (chooses the simulator before numba.cuda is imported)
@@ -170,6 +172,25 @@ def test_snapshot_has_every_key_and_type_of_torchs_documented_format():
     cm._record_memory_history(None, allocator=a)
 
 
+def test_dump_snapshot_pickles_what_snapshot_returns(tmp_path):
+    """``_dump_snapshot``'s file, as ``python -m torch.cuda._memory_viz`` loads it, is the
+    snapshot; and the options torch's CPU-less arguments cannot express are refused."""
+    a = recorded()
+    x = a.malloc(3000)
+    a.free(a.malloc(100))
+    path = tmp_path / "snapshot.pickle"
+    cm._dump_snapshot(str(path), allocator=a)
+    with open(path, "rb") as f:
+        loaded = pickle.load(f)
+    assert loaded == cm._snapshot(allocator=a) and len(loaded["device_traces"][0]) == 5
+    assert "total_allocated: 2.9KiB" in mv.segsum(loaded) and x.requested_size == 3000
+    with pytest.raises(NotImplementedError, match="legacy boolean"):
+        cm._record_memory_history(True, allocator=a)
+    with pytest.raises(NotImplementedError, match="FX"):
+        cm._snapshot(augment_with_fx_traces=True, allocator=a)
+    cm._record_memory_history(None, allocator=a)
+
+
 def segsum_figures(text: str) -> dict[str, str]:
     return dict(re.findall(r"^(segments|total_reserved|total_allocated): (\S+)$", text, re.M))
 
@@ -211,6 +232,60 @@ def test_torchs_viewer_reads_the_snapshot_and_agrees_with_memory_stats(seed):
     html = mv.trace_plot(snap)
     payload = json.loads(re.search(r"const local_files = (.*)\n", html).group(1))
     assert pickle.loads(base64.b64decode(payload[0]["base64"])) == snap
+    cm._record_memory_history(None, allocator=a)
+
+
+@pytest.mark.slow  # about 1 s (30 programs): make unit runs it, check-fast stays under a minute
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["alloc", "alloc", "free", "record", "sync", "empty"]),
+            st.integers(0, 7),
+            st.integers(0, 1),
+        ),
+        max_size=40,
+    )
+)
+def test_random_programs_keep_the_history_consistent_with_the_counters(steps):
+    """Random mallocs on two streams, frees (some after a ``record_stream`` on stream 2), the
+    host synchronising with stream 2 and ``empty_cache``: at every step each address goes
+    alloc -> free_requested -> free_completed, the bytes the trace has live (alloc less
+    free_completed) are ``requested_bytes`` (pending blocks included), segment_alloc less
+    segment_free is ``segment.all.current``, and segsum's total_allocated is the requested
+    bytes of the allocated blocks (a pending block is not "active_allocated")."""
+    a = recorded(device_bytes=2**30)
+    sizes = [100, 4096, MiB - 1, 3 * MiB, 12 * MiB, 25 * MiB, 1, 700]
+    live = []
+    for op, i, stream in steps:
+        if op == "alloc":
+            live.append(a.malloc(sizes[i], stream))
+        elif op in ("free", "record") and live:
+            b = live.pop(i % len(live))
+            if op == "record":
+                a.record_stream(b, 2)
+            a.free(b)
+        elif op == "sync":
+            a.stream_synchronize(2)
+        elif op == "empty":
+            a.empty_cache()
+        snap = cm._snapshot(allocator=a)
+        stats = a.memory_stats()
+        state: dict[int, str] = {}
+        for e in snap["device_traces"][0]:
+            if e["action"] in ("alloc", "free_requested", "free_completed"):
+                before = {"alloc": (None, "free_completed"), "free_requested": ("alloc",),
+                          "free_completed": ("free_requested",)}[e["action"]]  # fmt: skip
+                assert state.get(e["addr"]) in before, (e, state.get(e["addr"]))
+                state[e["addr"]] = e["action"]
+        counts = cm.action_counts(snap)
+        assert counts["segment_alloc"] - counts["segment_free"] == stats["segment.all.current"]
+        assert cm.peak_from_trace(snap) >= stats["requested_bytes.all.current"]
+        live_bytes = sum(e["size"] if e["action"] == "alloc" else -e["size"]
+                         for e in snap["device_traces"][0]
+                         if e["action"] in ("alloc", "free_completed"))  # fmt: skip
+        assert live_bytes == stats["requested_bytes.all.current"]
+        allocated = sum(b.requested_size for b in a.allocated_blocks.values())
+        assert segsum_figures(mv.segsum(snap))["total_allocated"] == repr(mv.Bytes(allocated))
     cm._record_memory_history(None, allocator=a)
 
 
