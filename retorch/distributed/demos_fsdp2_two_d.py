@@ -9,6 +9,9 @@ pieces, redistributed to Replicate in each library (``_redistribute.transform_in
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import torch
 
 __all__ = ["MODELS", "STRIDED", "two_d_fsdp_params"]
@@ -33,6 +36,20 @@ def _placements(lib: str, names) -> list:
     return [table[n]() for n in names]
 
 
+@contextlib.contextmanager
+def _no_merge_notice():
+    """Without torch's notice that gathering ``(_S(0, 2), S(0))`` takes two all-gathers it
+    cannot merge (``_redistribute.py``): stated in the chapter; the workers' stderr reaches
+    the page with a timestamp."""
+    logger = logging.getLogger("torch.distributed.tensor._redistribute")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def two_d_fsdp_params(rank: int, world: int) -> dict:
     """``{"models": [per model {lib: {name: (mesh ranks, placements, piece, collectives of
     full_tensor, full_tensor, the whole parameter)}}], "strided": [(shape, placements,
@@ -47,7 +64,7 @@ def two_d_fsdp_params(rank: int, world: int) -> dict:
     from .tensor import parallel as r_par
     from .tensor.debug import CommDebugMode as RComm
 
-    with _quiet():
+    with _quiet(), _no_merge_notice():
         from torch.distributed.device_mesh import init_device_mesh as t_init
         from torch.distributed.fsdp import fully_shard as t_shard
         from torch.distributed.tensor import distribute_tensor as t_distribute
