@@ -1,10 +1,16 @@
-"""torch's ``_record_memory_history`` beside retorch's on one training step: a step of
+"""torch's ``_record_memory_history`` beside retorch's on one training step: step 4 of
 ``make gpu-report`` (issue 29, "Memory in practice").
 
-Runs :func:`retorch.cuda_memory.compare_training_step`: the same two-layer MLP step recorded by
+Runs :func:`retorch.cuda_memory.compare_training_step`: the same two-layer MLP step, after one
+unrecorded warm-up step per library (torch's creates its cuBLAS handles and their workspaces,
+which stay allocated; retorch's compiles its kernels), recorded by
 ``torch.cuda.memory._record_memory_history`` and by retorch's, and writes, for each library, the
 count of each trace action (alloc, free_requested, free_completed, segment_alloc, segment_free,
-oom), the peak of requested bytes over the trace and ``max_memory_allocated`` during the step.
+oom, snapshot), the peak of requested bytes over the trace, the rise of
+``max_memory_allocated`` (bytes of blocks, rounded to 512: not the same unit), the number of
+allocations without frames (backward's), and whether ``EXPECTED`` holds (stored under
+``expected``): each library frees every block its warm step takes and takes no new segment;
+counts and peaks are not expected to be equal across libraries (different ops).
 
 Under the simulator (``--quick``, the dry run) only retorch's half runs, on chapter 8c's tiny
 model (torch has no GPU there): its figures say nothing about a GPU and are never stored.

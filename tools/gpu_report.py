@@ -9,12 +9,18 @@ in its own process with its own timeout (one failure does not stop the others):
 3. ``launch``    host cost of one 1-element CUDA add (``retorch.tensor`` and chapter 5's
                  ``retorch.Tensor`` with autograd), and a cProfile of N launches (top entries),
                  so chapter 4 can show where a launch's microseconds go;
-   ``memory``    one training step recorded by torch's ``_record_memory_history`` and by
-                 retorch's (``tools/gpu_memory_history.py``): trace actions counted, peaks;
-4. ``bench:*``   every GPU benchmark section (``tools/bench.py --gpu``), one process each;
-5. ``tests``     the CUDA tests with the simulator off;
-6. ``notebooks`` nbval of the CUDA chapters with the simulator off;
-7. ``summary``   one table against the issue's goals (goal, measured, met or not).
+4. ``memory``    one warm training step (MLP 64-256-32, batch 16) recorded by torch's
+                 ``_record_memory_history`` and by retorch's (``tools/gpu_memory_history.py``,
+                 issue 29): per library the count of each trace action, the peak of requested
+                 bytes, the rise of ``max_memory_allocated``, the allocations without frames,
+                 and whether what ``retorch.cuda_memory.EXPECTED`` states holds; at most 60 s
+                 of the budget (retorch's half compiles its kernels in this fresh process: its
+                 time on a GPU is not yet measured; the step's time is in the summary, and a
+                 timeout loses this step only);
+5. ``bench:*``   every GPU benchmark section (``tools/bench.py --gpu``), one process each;
+6. ``tests``     the CUDA tests with the simulator off;
+7. ``notebooks`` nbval of the CUDA chapters with the simulator off;
+8. ``summary``   one table against the issue's goals (goal, measured, met or not).
 
 Everything measured is written under ``$OUT`` as soon as its step ends (so it comes back even
 if a later step fails): ``$OUT/bench/results/gpu/*.json`` (copy them into the checkout),
