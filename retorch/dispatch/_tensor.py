@@ -89,8 +89,10 @@ class Tensor(AutogradTensor):
             )
         super().__init__(data, requires_grad, grad_fn)
         # a backend outside retorch.tensor (backend_registration.py) names its own device
-        self._device = data.device if device is None else device
-        ks = key_set_for_device(self._device)
+        self._device = dev = data._impl.storage.device if device is None else device
+        ks = _KEY_SETS.get(dev)  # (key_set_for_device's cache, read without a call)
+        if ks is None:
+            ks = key_set_for_device(dev)
         if grad_mode._inference_enabled:  # TensorImpl's constructor in InferenceMode
             ks = ks - autograd_dispatch_keyset_with_ADInplaceOrView
             self._version_counter = grad_mode.INFERENCE_VERSION  # an inference tensor has none
