@@ -120,6 +120,7 @@ def _keys_of(value) -> DispatchKeySet | None:
 #: One ``DispatchKeySet`` per bits a call computed (``_key_set_of``).
 _KEY_SETS_BY_BITS: dict = {}
 
+
 class Dispatcher:
     """The registry of operators and backend fallbacks (``c10::Dispatcher``)."""
 
@@ -228,7 +229,8 @@ class Dispatcher:
         if handle._tensor_args is None:  # no schema: every argument may carry keys
             return self._key_set_of(list(args) + list(kwargs.values()))
         if not kwargs and len(args) == handle._full_arity:
-            return self._key_set_of([args[i] for i in handle._positional_tensors])
+            pos = handle._positional_tensors  # (all of them tensors: the tuple itself serves)
+            return self._key_set_of(args if len(pos) == len(args) else [args[i] for i in pos])
         stack = handle.schema.bind(args, kwargs)
         return self._key_set_of([stack[i] for i in handle._tensor_args])
 
