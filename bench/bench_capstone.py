@@ -11,8 +11,9 @@ arithmetic: torch's is microseconds per op, the rebuilt stack's tens of microsec
 Python and back).
 
 Each row also stores ``peak_bytes``: the most bytes one training step held at once above what
-was held before it (so parameters, gradients and AdamW's state, already allocated, are not
-counted; the step's activations, temporaries and new gradients are), each taken by that
+was held when it began, each measured from just after ``zero_grad()`` (so parameters and
+AdamW's state, already allocated, are not counted, the last step's gradients are already freed,
+and the step's activations, temporaries and new gradients are counted), each taken by that
 implementation's own instrument. Torch on the CPU has no allocator statistics (``c10``'s CPU
 allocator keeps none; ``torch.cuda.memory_stats`` is CUDA's): its bytes are
 ``torch.profiler``'s ``[memory]`` events (``profile_memory=True``), summed in order. The
@@ -65,6 +66,7 @@ def _torch_step(model, x, y):
         sort_step_loss(model, x, y).backward()
         opt.step()
 
+    step.zero_grad = opt.zero_grad  # (``_peak_bytes`` measures from after it)
     return step
 
 
@@ -88,6 +90,7 @@ def _retorch_step(backend: str):
         finally:
             attention.BACKEND[0] = saved
 
+    step.zero_grad = opt.zero_grad
     return step
 
 
@@ -102,8 +105,12 @@ def _device_step():
 
 
 def _peak_bytes(name: str, step, device) -> int:
-    """The most bytes one ``step()`` held at once above those held before it (see above)."""
+    """The most bytes one ``step()`` held at once above those held when it began, from just
+    after ``zero_grad()`` (see above): its own ``zero_grad()`` then frees nothing, so no
+    instrument sees a free of bytes allocated before it started."""
     from retorch.utils.checkpoint_memory import memory_totals
+
+    step.zero_grad()
 
     if name == "torch on the retorch device":
         allocator = device.allocator

@@ -89,8 +89,10 @@ class Tensor(AutogradTensor):
             )
         super().__init__(data, requires_grad, grad_fn)
         # a backend outside retorch.tensor (backend_registration.py) names its own device
-        self._device = data.device if device is None else device
-        ks = key_set_for_device(self._device)
+        self._device = dev = data._impl.storage.device if device is None else device
+        ks = _KEY_SETS.get(dev)  # (key_set_for_device's cache, read without a call)
+        if ks is None:
+            ks = key_set_for_device(dev)
         if grad_mode._inference_enabled:  # TensorImpl's constructor in InferenceMode
             ks = ks - autograd_dispatch_keyset_with_ADInplaceOrView
             self._version_counter = grad_mode.INFERENCE_VERSION  # an inference tensor has none
@@ -209,23 +211,31 @@ class Tensor(AutogradTensor):
         return Tensor(rt.scalar_tensor(value, wrapped=True))
 
     def __add__(self, other):
-        return _aten().add.Tensor(self, self._scalar(other))
+        return (_ATEN[0] if _ATEN else _aten()).add.Tensor(
+            self, other if isinstance(other, AutogradTensor) else self._scalar(other)
+        )
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        return _aten().sub.Tensor(self, self._scalar(other))
+        return (_ATEN[0] if _ATEN else _aten()).sub.Tensor(
+            self, other if isinstance(other, AutogradTensor) else self._scalar(other)
+        )
 
     def __rsub__(self, other):
         return _aten().sub.Tensor(self._scalar(other), self)
 
     def __mul__(self, other):
-        return _aten().mul.Tensor(self, self._scalar(other))
+        return (_ATEN[0] if _ATEN else _aten()).mul.Tensor(
+            self, other if isinstance(other, AutogradTensor) else self._scalar(other)
+        )
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
-        return _aten().div.Tensor(self, self._scalar(other))
+        return (_ATEN[0] if _ATEN else _aten()).div.Tensor(
+            self, other if isinstance(other, AutogradTensor) else self._scalar(other)
+        )
 
     def __neg__(self):
         return _aten().neg(self)
@@ -261,10 +271,14 @@ class Tensor(AutogradTensor):
         return _aten().add_.Tensor(self, self._scalar(other), alpha=alpha)
 
     def mul_(self, other):
-        return _aten().mul_.Tensor(self, self._scalar(other))
+        return (_ATEN[0] if _ATEN else _aten()).mul_.Tensor(
+            self, other if isinstance(other, AutogradTensor) else self._scalar(other)
+        )
 
     def div_(self, other):
-        return _aten().div_.Tensor(self, self._scalar(other))
+        return (_ATEN[0] if _ATEN else _aten()).div_.Tensor(
+            self, other if isinstance(other, AutogradTensor) else self._scalar(other)
+        )
 
     def addcmul_(self, tensor1, tensor2, value=1):
         return _aten().addcmul_(self, tensor1, tensor2, value=value)

@@ -117,6 +117,10 @@ def _keys_of(value) -> DispatchKeySet | None:
     return None
 
 
+#: One ``DispatchKeySet`` per bits a call computed (``_key_set_of``).
+_KEY_SETS_BY_BITS: dict = {}
+
+
 class Dispatcher:
     """The registry of operators and backend fallbacks (``c10::Dispatcher``)."""
 
@@ -225,7 +229,8 @@ class Dispatcher:
         if handle._tensor_args is None:  # no schema: every argument may carry keys
             return self._key_set_of(list(args) + list(kwargs.values()))
         if not kwargs and len(args) == handle._full_arity:
-            return self._key_set_of([args[i] for i in handle._positional_tensors])
+            pos = handle._positional_tensors  # (all of them tensors: the tuple itself serves)
+            return self._key_set_of(args if len(pos) == len(args) else [args[i] for i in pos])
         stack = handle.schema.bind(args, kwargs)
         return self._key_set_of([stack[i] for i in handle._tensor_args])
 
@@ -238,14 +243,19 @@ class Dispatcher:
     def _key_set_of(values) -> DispatchKeySet:
         bits = 0  # on raw bits, the TLS read once (as DispatchKeyExtractor's computeDispatchKeySet)
         for v in values:
-            vk = getattr(v, "key_set", None)  # a tensor's keys, read as one field
+            vk = getattr(v, "_key_set", None)  # a tensor's keys, read as one field
             if vk.__class__ is not DispatchKeySet:
                 vk = _keys_of(v)  # a list of tensors, or none
                 if vk is None:
                     continue
             bits |= vk.repr_
-        bits |= _tls.included.repr_
-        return DispatchKeySet.from_raw_repr(bits & (FULL_BACKEND_MASK | ~_tls.excluded.repr_))
+        bits = (bits | _tls.included.repr_) & (FULL_BACKEND_MASK | ~_tls.excluded.repr_)
+        ks = _KEY_SETS_BY_BITS.get(bits)  # (a key set is a value: one object per bits serves)
+        if ks is None:
+            if len(_KEY_SETS_BY_BITS) >= 1024:
+                _KEY_SETS_BY_BITS.clear()
+            ks = _KEY_SETS_BY_BITS[bits] = DispatchKeySet.from_raw_repr(bits)
+        return ks
 
     def _select(self, handle: OperatorHandle, ks: DispatchKeySet):
         entry = handle._entry

@@ -78,8 +78,8 @@ def _r(x):
     return x.data if isinstance(x, AutogradTensor) else x
 
 
-def _w(raw) -> Tensor:
-    return Tensor(raw)
+#: A kernel's raw result wrapped as a ``retorch.Tensor`` (the class itself: no call between).
+_w = Tensor
 
 
 def _inplace(fn):

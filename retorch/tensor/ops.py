@@ -57,7 +57,8 @@ def _as_tensor(x):
 
 # ---- elementwise binary -----------------------------------------------------------------------
 def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
-    a, b = _as_tensor(self), _as_tensor(other)
+    a = self if isinstance(self, Tensor) else _wrap(self, None)  # (_as_tensor, inlined: this
+    b = other if isinstance(other, Tensor) else _wrap(other, None)  # runs for every binary op)
     it = TensorIterator.fast_op(out, (a, b), None, integer_to_float)  # one shape, contiguous
     if it is None:
         it = _build_binary(a, b, out, integer_to_float)
@@ -65,10 +66,11 @@ def _binary(name, self, other, out=None, alpha=1, integer_to_float=False):
     if alpha != 1:
         op, alpha = S.ADD_ALPHA, (alpha if name == "add" else -alpha)
     _binary_stub(it.device, it, op, alpha)
-    it.finish()
+    if it._out_copy_back:
+        it.finish()
     if it.device == "meta" and out is None:
         return _meta.restride_output(it.output(), a, b)
-    return it.output()
+    return it.operands[0].tensor  # (it.output())
 
 
 def _build_binary(a, b, out, integer_to_float):
@@ -108,7 +110,8 @@ def _check_alpha(a, b, alpha):
 
 def add(input, other, alpha=1, out=None):
     """``input + alpha * other`` (``torch.add``), into ``out`` when given."""
-    _check_alpha(input, other, alpha)
+    if type(alpha) is not int:  # (an int alpha is valid for every dtype)
+        _check_alpha(input, other, alpha)
     return _binary("add", input, other, out, alpha)
 
 

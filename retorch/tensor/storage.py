@@ -143,9 +143,9 @@ class Storage:
             raise NotImplementedError("Cannot copy out of meta tensor; no data!")
         arr = self._typed.get(np_dtype)
         if arr is None:
-            key = np.dtype(np_dtype)
-            n = self.nbytes() // key.itemsize * key.itemsize
-            arr = self._data[:n].view(key) if n or self.device == "cpu" else self._data.view(key)
+            key, data = np.dtype(np_dtype), self._data
+            tail = data.shape[0] % key.itemsize  # bytes past the last whole element
+            arr = (data[: data.shape[0] - tail] if tail else data).view(key)
             self._typed[np_dtype] = self._typed[key] = arr
         return arr
 

@@ -127,7 +127,8 @@ class TensorImpl:
         """c10's ``set_sizes_contiguous``: ``sizes`` (ints) with row-major strides, so the
         flags are known without a check: contiguous, hence non-overlapping and dense."""
         self.sizes = sizes = sizes if type(sizes) is tuple else tuple(sizes)
-        self.strides = contiguous_strides(sizes)
+        strides = _CONTIGUOUS_STRIDES.get(sizes)  # (contiguous_strides' cache, read here)
+        self.strides = contiguous_strides(sizes) if strides is None else strides
         self.is_contiguous_ = self._non_overlapping_and_dense = True
 
     def is_contiguous(self) -> bool:

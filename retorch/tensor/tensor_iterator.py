@@ -177,6 +177,12 @@ def reduce_op(out, a, trace: bool = False) -> TensorIterator:
 
 
 class TensorIterator:
+    # (slots: one is built for every op, and an attribute in a slot is set and read faster)
+    __slots__ = (
+        "operands", "noutputs", "is_reduction", "resize_outputs", "all_ops_same_shape",
+        "shape", "perm", "common_dtype", "device", "_out_copy_back", "steps", "_contiguous",
+    )  # fmt: skip
+
     @classmethod
     def fast_binary_op(cls, a, b) -> TensorIterator | None:
         """``fast_op`` for ``out = a (op) b`` with a new output, without building a config."""
@@ -326,7 +332,11 @@ class TensorIterator:
             operands.append(
                 (how, op.is_output, op.will_resize, list(op.stride_bytes), op.target_dtype)
             )
-        fields = {k: v for k, v in vars(self).items() if k != "operands"}
+        fields = {
+            k: getattr(self, k)
+            for k in TensorIterator.__slots__
+            if k != "operands" and hasattr(self, k)
+        }
         return fields, tuple(operands)
 
     @classmethod
