@@ -8,14 +8,17 @@ FlatParameter and shards that (FSDP1's design), FSDP2 keeps each parameter whole
 shape: a DTensor ``Shard(0)`` of it, padded on dim 0 to a multiple of the world size so each
 piece has the same size. Per group, per step:
 
-- forward pre-hook: ``unshard``: one all-gather of the group's pieces, copied out into each
-  parameter's full tensor (whose storage is allocated again, so autograd's saved references
-  stay valid);
+- forward pre-hook: ``unshard``: one all-gather of the group's pieces; ``wait_for_unshard``:
+  copied out into each parameter's full tensor (whose storage is allocated again, so
+  autograd's saved references stay valid); the all-gather's output is kept (torch's
+  ``comm_ctx.all_gather_state``) until the next layer's copy-out or the root's post-forward;
 - forward post-hook: ``reshard`` (the full tensors' storage freed) when
   ``reshard_after_forward``, and a hook on the outputs that unshards again before backward
-  reaches the layer, also starting the next layer's all-gather (backward prefetch);
-- post-backward (all the group's gradients accumulated): one reduce-scatter of the padded
-  gradients, averaged, into each piece's ``.grad``; then reshard.
+  reaches the layer, also starting the next layer's all-gather (backward prefetch: gathered
+  now, copied out when backward reaches that layer);
+- post-backward (all the group's gradients accumulated): reshard, then one reduce-scatter of
+  the padded gradients, averaged, into each piece's ``.grad``; its input is kept (torch's
+  ``comm_ctx.reduce_scatter_states``) until the next group's post-backward or backward's end.
 
 Each phase opens the profiler range torch's opens (``FSDP::pre_forward``, ``FSDP::all_gather``,
 ``FSDP::post_forward``, ``FSDP::pre_backward``, ``FSDP::backward_prefetch for ...``,
@@ -78,6 +81,27 @@ class _Param:
         return torch.cat([t.detach(), pad]).reshape(-1)
 
 
+class _CommContext:
+    """The buffers torch's ``FSDPCommContext`` (``_fsdp_param_group.py``) keeps across the
+    groups under one root, beyond one call: ``all_gather_state``, the last forward all-gather's
+    output (kept on GPU so the next copy-in does not overwrite it while in flight), and
+    ``reduce_scatter_states``, the reduce-scatter inputs (kept until the reduce-scatter
+    stream is done with them). retorch runs on one stream, but keeps them as long."""
+
+    def __init__(self) -> None:
+        self.all_gather_state: torch.Tensor | None = None
+        self.reduce_scatter_states: list[torch.Tensor] = []
+        self.max_input_buffers = 1  # torch's reduce_scatter_max_input_buffers
+        self.final_callback_queued = False
+
+    def post_backward_final(self) -> None:
+        """After backward (torch's ``_root_post_backward_final_callback``): the kept
+        reduce-scatter inputs released."""
+        with record_function("FSDP::root_post_backward_callback"):
+            self.reduce_scatter_states.clear()
+            self.final_callback_queued = False
+
+
 class FSDPParamGroup:
     """The parameters one ``fully_shard`` call manages, and their collectives."""
 
@@ -93,7 +117,9 @@ class FSDPParamGroup:
                 owner._parameters[name] = param.sharded
                 self.params.append(param)
         self.is_unsharded = False
-        self._all_gather_output: torch.Tensor | None = None
+        self._all_gather_output: torch.Tensor | None = None  # gathered, not yet copied out
+        self.comm_ctx = _CommContext()  # shared by the groups under one root
+        self.is_root = True  # until an outer ``fully_shard`` call takes it under its root
         self.prefetch: FSDPParamGroup | None = None  # the group backward reaches next
         self.forward_order: list[FSDPParamGroup] = []
         self.grads_pending = 0
@@ -104,7 +130,10 @@ class FSDPParamGroup:
 
     # ---- collectives ---------------------------------------------------------------------
     def unshard(self) -> None:
-        """One all-gather of every piece (``foreach_all_gather``), copied out per param."""
+        """One all-gather of every piece (``foreach_all_gather``), its output held on the group
+        (torch's ``_all_gather_result``) until ``wait_for_unshard`` copies it out."""
+        if self._all_gather_output is not None:  # already called, pending wait
+            return
         if self.is_unsharded or not self.params:
             return
         debug._record("c10d._allgather_base_")
@@ -112,22 +141,34 @@ class FSDPParamGroup:
             send = torch.cat([p.padded_piece(p.sharded) for p in self.params])
             out = torch.empty(self.n * send.numel(), dtype=send.dtype)
             collectives.all_gather(out, send, group=self.group)
-        # held on the group until copied out, as torch's ``_all_gather_result`` is (it waits
-        # there longer: torch copies out in ``wait_for_unshard``, when the layer runs)
         self._all_gather_output = out
+
+    def wait_for_unshard(self, in_forward: bool) -> None:
+        """Copy the all-gather's output out into each parameter's full tensor. In forward
+        torch keeps the output in ``comm_ctx.all_gather_state`` after the copy-out (to
+        overlap the next layer's copy-in with it on GPU) and frees the previous layer's
+        there, before this copy-out; in backward the output is freed at once."""
+        out = self._all_gather_output
+        if out is None:
+            return  # no preceding unshard
+        if in_forward:
+            self.comm_ctx.all_gather_state = None  # free the previous layer's output
         per_rank, offset = out.view(self.n, -1), 0
-        for p in self.params:
-            rows = per_rank[:, offset : offset + p.padded_numel]
-            full = rows.reshape(self.n * p.padded_rows, *p.shape[1:])[: p.shape[0]]
-            p.unsharded.untyped_storage().resize_(p.unsharded.nbytes)
-            # the same tensor refilled: autograd's saved references must not see a new
-            # version (torch's FSDPParam does the same, _unsafe_preserve_version_counter)
-            with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(p.unsharded):
-                p.unsharded.copy_(full)
-            p.module._parameters[p.name] = p.unsharded
-            offset += p.padded_numel
-        self._all_gather_output = None
+        with record_function(self._with_fqn("FSDP::all_gather_copy_out")):
+            for p in self.params:
+                rows = per_rank[:, offset : offset + p.padded_numel]
+                full = rows.reshape(self.n * p.padded_rows, *p.shape[1:])[: p.shape[0]]
+                p.unsharded.untyped_storage().resize_(p.unsharded.nbytes)
+                # the same tensor refilled: autograd's saved references must not see a new
+                # version (torch's FSDPParam does the same, _unsafe_preserve_version_counter)
+                with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(p.unsharded):
+                    p.unsharded.copy_(full)
+                p.module._parameters[p.name] = p.unsharded
+                offset += p.padded_numel
         self.is_unsharded = True
+        if in_forward and self.n > 1:  # kept until the next layer's copy-out or forward's end
+            self.comm_ctx.all_gather_state = out
+        self._all_gather_output = None
 
     def reshard(self) -> None:
         """The full tensors' storage freed; the pieces back on the module."""
@@ -139,28 +180,41 @@ class FSDPParamGroup:
         self.is_unsharded = False
 
     def post_backward(self) -> None:
-        """One reduce-scatter of the padded gradients (``foreach_reduce``), averaged."""
+        """One reduce-scatter of the padded gradients (``foreach_reduce``), averaged. As
+        torch's: the full tensors are resharded first (their gradients taken off them), the
+        previous group's reduce-scatter input is released (``comm_ctx.reduce_scatter_states``
+        keeps at most ``reduce_scatter_max_input_buffers``, 1, of them), and this group's is
+        kept there in its place (until the next group's post-backward or backward's end)."""
         debug._record("c10d._reduce_scatter_base_")
-        chunks = []
-        for r in range(self.n):  # rank-major: what rank r receives comes r-th
-            for p in self.params:
-                g = p.unsharded.grad
-                rows = torch.chunk(g, self.n)[r] if r < len(torch.chunk(g, self.n)) else g[:0]
-                chunks.append(p.padded_piece(rows))
+        grads = [p.unsharded.grad for p in self.params]
+        for p in self.params:
+            p.unsharded.grad = None
+        self.reshard()
+        states, cap = self.comm_ctx.reduce_scatter_states, self.comm_ctx.max_input_buffers
+        if len(states) >= cap:
+            with record_function(self._with_fqn("FSDP::post_backward_rs_wait")):
+                while len(states) >= cap:
+                    states.pop(0)
         pre, post = _divide_factors(self.n)
         with record_function(self._with_fqn("FSDP::post_backward_reduce")):
+            chunks = []
+            for r in range(self.n):  # rank-major: what rank r receives comes r-th
+                for p, g in zip(self.params, grads, strict=True):
+                    pieces = torch.chunk(g, self.n)
+                    chunks.append(p.padded_piece(pieces[r] if r < len(pieces) else g[:0]))
             send = torch.cat(chunks).div_(pre)
+            del chunks
             mine = torch.empty(send.numel() // self.n, dtype=send.dtype)
             collectives.reduce_scatter(mine, send, group=self.group)
             mine.div_(post)
-        offset = 0
-        for p in self.params:
-            piece = mine[offset : offset + p.padded_numel].view(p.padded_rows, *p.shape[1:])
-            piece = piece[: p.rows].clone()
-            p.sharded.grad = piece if p.sharded.grad is None else p.sharded.grad + piece
-            p.unsharded.grad = None
-            offset += p.padded_numel
-        self.reshard()
+            del grads
+            offset = 0
+            for p in self.params:
+                piece = mine[offset : offset + p.padded_numel].view(p.padded_rows, *p.shape[1:])
+                piece = piece[: p.rows].clone()
+                p.sharded.grad = piece if p.sharded.grad is None else p.sharded.grad + piece
+                offset += p.padded_numel
+        states.append(send)
 
     # ---- hooks -----------------------------------------------------------------------------
     def pre_forward(self, module, args) -> None:
@@ -172,8 +226,11 @@ class FSDPParamGroup:
                     self.prefetch = self.forward_order[-1]
                 self.forward_order.append(self)
             self.unshard()
+            self.wait_for_unshard(in_forward=True)
 
     def post_forward(self, module, args, output):
+        if self.is_root:  # free the last layer's all-gather output (torch's root does so)
+            self.comm_ctx.all_gather_state = None
         if not self.params:
             return output
         with record_function(self._with_fqn("FSDP::post_forward")):
@@ -186,12 +243,17 @@ class FSDPParamGroup:
             return output
 
     def _pre_backward(self, grad):
+        ctx = self.comm_ctx
+        if not ctx.final_callback_queued:  # (torch's _register_root_post_backward_final_callback)
+            ctx.final_callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(ctx.post_backward_final)
         with record_function(self._with_fqn("FSDP::pre_backward")):
             self.unshard()
+            self.wait_for_unshard(in_forward=False)
             target = self.prefetch
             if target is not None:  # the next layer backward reaches: gather it now
                 with record_function(f"FSDP::backward_prefetch for {target.fqn}"):
-                    target.unshard()
+                    target.unshard()  # its output waits for its own pre-backward
         return grad
 
     def _param_ready(self, _tensor) -> None:
@@ -231,6 +293,8 @@ def fully_shard(module: nn.Module, *, mesh, reshard_after_forward: bool = True) 
     for name, sub in module.named_modules():
         if getattr(sub, "_fsdp_group", None) is not None:
             sub._fsdp_group.forward_order = group.forward_order
+            sub._fsdp_group.comm_ctx = group.comm_ctx
+            sub._fsdp_group.is_root = sub is module
             sub._fsdp_group.fqn = name
     module.register_forward_pre_hook(group.pre_forward)
     module.register_forward_hook(group.post_forward)
