@@ -217,3 +217,63 @@ def test_split_factor_is_keyword_only_as_torch_s():
         with pytest.raises(TypeError):
             cls(0, 2)
         assert str(cls(0, split_factor=2)) == "_S(0, 2)"
+
+
+#: (shape, placements after _S(0, 2)) -> (torch's plan, retorch's plan) on rank 0 from the
+#: spec to (R, R), each step (mesh dim, src, logical shape). torch 2.13 plans any spec holding a
+#: ``_StridedShard`` with its graph-based planner (``_gen_transform_infos_non_cached``), which
+#: rewrites ``(_S(0, 2), S(0))`` as plain Shards with a shard order (tp cut first): it gathers
+#: "dp" first, a plain Shard of the tp piece, then "tp". retorch plans greedily: "tp" first,
+#: then ``_StridedShard._to_replicate_tensor`` over "dp". The same pieces and the same whole
+#: come out (the tests above); the order of the all-gathers and their sizes differ.
+_PLANS = {
+    ((10, 2), "SS"): ([(0, "S(0)", (5, 2)), (1, "S(0)", (10, 2))],
+                      [(1, "S(0)", (6, 2)), (0, "_S(0, 2)", (10, 2))]),
+    ((6, 3), "SS"): ([(0, "S(0)", (3, 3)), (1, "S(0)", (6, 3))],
+                     [(1, "S(0)", (4, 3)), (0, "_S(0, 2)", (6, 3))]),
+    ((9, 4), "S1"): ([(1, "S(1)", (9, 4)), (0, "_S(0, 2)", (9, 4))],
+                     [(1, "S(1)", (5, 4)), (0, "_S(0, 2)", (9, 4))]),
+    ((7, 3), "SR"): ([(0, "_S(0, 2)", (7, 3))], [(0, "_S(0, 2)", (7, 3))]),
+}  # fmt: skip
+
+
+def test_strided_shard_plans_to_replicate_differ_from_torch_s_as_pinned():
+    """torch's plan from a fake process group (rank 0 of 4, mesh (dp, tp) = (2, 2)), retorch's
+    from ``transform_infos``: each pinned, so a change on either side fails here."""
+    import types
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import _redistribute as tr
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from retorch.distributed.tensor._redistribute import transform_infos
+
+    class _Mesh:  # retorch's transform_infos asks the mesh for sizes and coordinates only
+        ndim = 2
+
+        def size(self, i=0):
+            return 2
+
+        def get_local_rank(self, i):
+            return 0
+
+    second = {"SS": Shard(0), "S1": Shard(1), "SR": Replicate()}
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        for (shape, kind), plans in _PLANS.items():
+            placements = (_StridedShard(0, split_factor=2), second[kind])
+            meta = TensorMeta(torch.Size(shape), (shape[1], 1), torch.float32)
+            src = DTensorSpec(mesh, placements, tensor_meta=meta)
+            dst = DTensorSpec(mesh, (Replicate(), Replicate()), tensor_meta=meta)
+            theirs = [(i.mesh_dim, str(i.src_dst_placements[0]), tuple(i.logical_shape))
+                      for i in tr._gen_transform_infos_non_cached(src, dst)]  # fmt: skip
+            spec = types.SimpleNamespace(mesh=_Mesh(), placements=_ours(placements), shape=shape)
+            ours = [(i.mesh_dim, str(i.src_dst_placements[0]), tuple(i.logical_shape))
+                    for i in transform_infos(spec, _ours((Replicate(), Replicate())))]  # fmt: skip
+            assert (theirs, ours) == plans, (shape, kind)
+    finally:
+        dist.destroy_process_group()

@@ -1,10 +1,10 @@
 """Redistribution: from one list of placements to another, one mesh dimension at a time.
 
 Mirrors torch/distributed/tensor/_redistribute.py: ``generate_greedy_transform_infos``
-plans the steps (the planner torch uses by default; its graph-based planner is for shard
-orders this rebuild does not have), ``redistribute_local_tensor`` runs them, and the
-``Redistribute`` autograd function sends the gradient back the other way
-(``_redistribute_backward``: a gradient never becomes Partial, it is Replicate instead).
+plans the steps (the planner torch uses by default; not for a ``_StridedShard``, see
+``transform_infos``), ``redistribute_local_tensor`` runs them, and the ``Redistribute``
+autograd function sends the gradient back the other way (``_redistribute_backward``: a
+gradient never becomes Partial, it is Replicate instead).
 """
 
 from __future__ import annotations
@@ -29,7 +29,16 @@ class _TransformInfo:
 
 
 def transform_infos(spec, target_placements) -> list[_TransformInfo]:
-    """The steps from ``spec``'s placements to ``target_placements`` (torch's greedy plan)."""
+    """The steps from ``spec``'s placements to ``target_placements`` (torch's greedy plan).
+
+    Not torch's plan for a spec holding a ``_StridedShard``: torch 2.13 plans those with its
+    graph-based planner (``_gen_transform_infos_non_cached``), which this rebuild does not
+    have; it rewrites ``(_S(0, 2), S(0))`` as two plain Shards with a shard order (the tp cut
+    first) and gathers over mesh dim 0 first (a plain Shard of the tp piece), then mesh dim 1.
+    This plan gathers mesh dim 1 first, then the ``_StridedShard`` (its own
+    ``_to_replicate_tensor``, sized by ``_local_shard_size_and_offset`` on the logical shape
+    of its mesh dim). Both give each rank the same pieces and the same whole; the order of the
+    all-gathers and their sizes differ (``tests/test_strided_shard.py`` pins both plans)."""
     mesh, src = spec.mesh, list(spec.placements)
     target = list(target_placements)
     shape = list(spec.shape)
