@@ -64,3 +64,30 @@ def test_uneven_strided_shard_on_an_outer_mesh_dim_gathers_as_torch_s(ranks):
             assert torch.equal(r_local, t_local), (case, r_local, t_local)
             assert r_comm == t_comm, (case, r_comm, t_comm)
             assert torch.equal(t_full, x) and torch.equal(r_full, x), (case, r_full)
+
+
+def test_misuse_raises_torch_s_errors():
+    """torch's ``_init_sharding_spec_tp`` raises NotImplementedError for more than 2 tp
+    placements, ``DeviceMesh._concatenate`` RuntimeError for overlapping meshes; no launch."""
+    import types
+
+    from retorch.distributed import fully_shard as fs
+    from retorch.distributed.tensor.placement_types import Replicate, Shard
+
+    tp = types.SimpleNamespace(placements=(Shard(0), Shard(1), Replicate()))
+    module = types.SimpleNamespace(_dtensor_specs={"weight": tp})
+    param = types.SimpleNamespace(module=module, name="weight")
+    with pytest.raises(NotImplementedError, match="FSDP only supports 1D TP/EP or 2D EP\\+TP"):
+        fs._spmd_spec(param, None)
+
+    class _Mesh:
+        device_type, mesh_dim_names = "cpu", ("dp",)
+
+        def __init__(self, ranks):
+            self.mesh = torch.tensor(ranks)
+
+        def get_rank(self):
+            return 0
+
+    with pytest.raises(RuntimeError, match="Cannot concatenate overlapping meshes"):
+        fs._concatenate(_Mesh([0, 1]), _Mesh([0, 1]))

@@ -312,6 +312,10 @@ def _spmd_spec(p: _Param, dp_mesh) -> DTensorSpec:
     tp = getattr(p.module, "_dtensor_specs", {}).get(p.name)
     if tp is None:
         return DTensorSpec(dp_mesh, (Shard(0),), p.shape, _strides(p.shape), p.sharded.dtype)
+    if len(tp.placements) > 2:  # (torch's message)
+        raise NotImplementedError(
+            f"FSDP only supports 1D TP/EP or 2D EP+TP, not {tuple(tp.placements)}"
+        )
     split_factor = math.prod(
         tp.mesh.size(i) for i, q in enumerate(tp.placements) if q.is_shard(0)
     )  # fmt: skip  (torch: ``num_shards_map[0]``)
@@ -326,6 +330,10 @@ def _concatenate(dp_mesh, tp_mesh) -> DeviceMesh:
     slices' groups reused."""
     me = dp_mesh.get_rank()
     ranks = dp_mesh.mesh.reshape(-1, 1) + tp_mesh.mesh.reshape(1, -1) - me
+    # torch also checks the slices share one root mesh (this rebuild's meshes keep none) and
+    # names every dim; the overlap check is torch's: each rank of the result once
+    if ranks.unique().numel() != ranks.numel():
+        raise RuntimeError(f"Cannot concatenate overlapping meshes: {[dp_mesh, tp_mesh]}")
     names = None
     if dp_mesh.mesh_dim_names and tp_mesh.mesh_dim_names:
         names = dp_mesh.mesh_dim_names + tp_mesh.mesh_dim_names
