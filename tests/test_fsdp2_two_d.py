@@ -11,9 +11,10 @@ gives back the whole parameter, with the collectives torch's issues. Two models:
 holds 6 of the 10 rows where a plain Shard would say 5).
 
 The same launch checks ``_redistribute.transform_infos`` on a ``_StridedShard`` of an outer
-mesh dim with uneven pieces (6 and 10 rows as ``(_S(0, 2), S(0))``; 9 rows as
-``(_S(0, 2), S(1))``): before the fix it sized the inner dim's pieces as a plain Shard, and
-``full_tensor`` came back with rows missing.
+mesh dim with uneven pieces (6, 10 and 14 rows as ``(_S(0, 2), S(0))``, the cases that catch
+it; 9 rows as ``(_S(0, 2), S(1))`` and 7 as ``(_S(0, 2), R)`` for the other placements): before
+the fix it sized the inner dim's pieces as a plain Shard, and ``full_tensor`` came back with
+rows missing.
 
 Values are integers in float32: compared exactly.
 """

@@ -19,9 +19,11 @@ __all__ = ["MODELS", "STRIDED", "two_d_fsdp_params"]
 #: (hidden rows of the Colwise Linear, rows of the Rowwise one)
 MODELS = [(16, 8), (10, 5)]
 
-#: (shape, placements) on the 2x2 mesh, cut by every rank itself (src_data_rank=None)
-STRIDED = [((6, 3), ("S2", "S0")), ((10, 2), ("S2", "S0")), ((9, 4), ("S2", "S1")),
-           ((7, 3), ("S2", "R"))]  # fmt: skip
+#: (shape, placements) on the 2x2 mesh, cut by every rank itself (src_data_rank=None); the
+#: first three catch a plain-Shard sizing of the outer dim (dp rank 0 holds 4, 6, 8 rows where
+#: a plain Shard says 3, 5, 7), the last two (sized alike either way) the other placements
+STRIDED = [((6, 3), ("S2", "S0")), ((10, 2), ("S2", "S0")), ((14, 2), ("S2", "S0")),
+           ((9, 4), ("S2", "S1")), ((7, 3), ("S2", "R"))]  # fmt: skip
 
 
 def _placements(lib: str, names) -> list:
