@@ -31,6 +31,9 @@ TORCH_VERSION = "2.13.0"
 
 #: CUDA-only sources, read in pytorch/pytorch (source index, 2026-11-22/23).
 READ_IN_SOURCE = {
+    "torch/csrc/cuda/memory_snapshot.cpp": "_record_memory_history's option checks and "
+    "_memory_snapshot_pickled's keys (segments, blocks and their states, trace actions, "
+    "allocator_settings)",
     "aten/src/ATen/native/ufunc/add.h": "named by native_functions.yaml (add.out ufunc_inner_loop)",
     "aten/src/ATen/native/cuda/CUDALoops.cuh": "gpu_kernel_impl, vectorized launch",
     "aten/src/ATen/native/cuda/ActivationGeluKernel.cu": "GeluCUDAKernelImpl and "
